@@ -1,0 +1,1 @@
+"""Encoders (image CNN, text GRU, PVSE) and the loss library."""
