@@ -109,7 +109,12 @@ class TextEncoder(nn.Module):
     """Word embeddings (initialised from dataset-trained vectors) -> GRU -> linear -> L2 norm."""
 
     def __init__(
-        self, vocab_size: int, word_dim: int, hidden: int, embed_dim: int, word_vectors: np.ndarray | None = None
+        self,
+        vocab_size: int,
+        word_dim: int,
+        hidden: int,
+        embed_dim: int,
+        word_vectors: np.ndarray | None = None,
     ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, word_dim, padding_idx=0)
@@ -177,7 +182,9 @@ def register_model(name: str):
     return decorate
 
 
-def build_model(name: str, config: EncoderConfig, word_vectors: np.ndarray | None = None, **options) -> nn.Module:
+def build_model(
+    name: str, config: EncoderConfig, word_vectors: np.ndarray | None = None, **options
+) -> nn.Module:
     if name == "pvse" and name not in MODELS:
         import models.pvse  # noqa: F401 - registers itself
     if name not in MODELS:

@@ -1,0 +1,138 @@
+"""Any other image-text data: a table of pairs in CSV, JSON Lines or parquet.
+
+Format
+------
+One row per pair with the columns
+
+=============  ========  ===================================================================
+column         required  meaning
+=============  ========  ===================================================================
+image_path     yes       image file, absolute or relative to the table's folder
+text           yes       the paired text
+pair_id        no        stable unique id; default ``<table name>-<row number>``
+group_id       no        rows sharing an image or a caption set
+split          no        ``train``/``val``/``test`` (``training``, ``validation``, ``dev`` accepted)
+source         no        free text; default the table's file name
+=============  ========  ===================================================================
+
+Other column names can be mapped with ``image_column=`` / ``text_column=``. ``raw_dir`` is the table
+itself, or a folder holding exactly one ``pairs.csv`` / ``pairs.jsonl`` / ``pairs.parquet`` (or pass
+``file=``). Example::
+
+    data/
+        pairs.csv          image_path,text,split
+                           photos/0001.jpg,"A dog on a beach.",train
+        photos/0001.jpg
+
+Nothing is skipped here; empty texts and unreadable images are counted later by validation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from data_recipes.manifest import VALID_SPLITS, ManifestError, RecipeResult, check_manifest_columns
+
+READERS = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
+DEFAULT_NAMES = tuple(f"pairs{suffix}" for suffix in READERS)
+SPLIT_ALIASES = {"training": "train", "validation": "val", "valid": "val", "dev": "val", "testing": "test"}
+
+
+def find_table(raw_dir: Path, file: str | Path | None) -> Path:
+    """The pairs table: ``raw_dir`` itself, ``file=`` (relative to ``raw_dir``) or the one default name."""
+    if raw_dir.is_file():
+        return raw_dir
+    if file is not None:
+        path = Path(file) if Path(file).is_absolute() else raw_dir / file
+        if not path.is_file():
+            raise FileNotFoundError(f"pairs table {path} does not exist; check file=")
+        return path
+    found = [raw_dir / name for name in DEFAULT_NAMES if (raw_dir / name).is_file()]
+    if len(found) != 1:
+        raise FileNotFoundError(
+            f"expected exactly one of {list(DEFAULT_NAMES)} in {raw_dir}, found {[p.name for p in found]}; "
+            "pass file=<table> (csv, jsonl or parquet)"
+        )
+    return found[0]
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    kind = READERS.get(path.suffix.lower())
+    if kind is None:
+        raise ValueError(f"pairs table {path.name} must end in one of {list(READERS)}")
+    if kind == "csv":
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+    if kind == "jsonl":
+        # object dtype keeps ids as written (an int group id with gaps would otherwise become 7.0)
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return pd.DataFrame([json.loads(line) for line in lines if line.strip()], dtype=object)
+    return pd.read_parquet(path)
+
+
+def normalise_split(value: object) -> str | None:
+    """``train``/``val``/``test`` (aliases accepted), ``None`` for an empty cell; else a ManifestError."""
+    if value is None or (isinstance(value, float) and pd.isna(value)) or str(value).strip() == "":
+        return None
+    name = str(value).strip().lower()
+    name = SPLIT_ALIASES.get(name, name)
+    if name not in VALID_SPLITS:
+        raise ManifestError(
+            f"split value {value!r} is not one of {VALID_SPLITS} (or an alias {list(SPLIT_ALIASES)})"
+        )
+    return name
+
+
+def _blank_to_none(value: object) -> object:
+    if value is None or (isinstance(value, float) and pd.isna(value)) or str(value).strip() == "":
+        return None
+    return str(value)
+
+
+def build(
+    raw_dir: Path | None,
+    work_dir: Path,
+    *,
+    file: str | Path | None = None,
+    image_column: str = "image_path",
+    text_column: str = "text",
+) -> RecipeResult:
+    """Read a CSV / JSONL / parquet table of pairs into a manifest; image paths resolve from its folder."""
+    if raw_dir is None or not Path(raw_dir).exists():
+        raise FileNotFoundError(
+            f"pairs needs raw_dir, a pairs table or the folder holding one; got {raw_dir}"
+        )
+    path = find_table(Path(raw_dir), file)
+    table = read_table(path)
+    missing = [c for c in (image_column, text_column) if c not in table.columns]
+    if missing:
+        raise ManifestError(
+            f"{path.name} lacks column(s) {missing} (has {list(table.columns)}); rename them or pass "
+            "image_column= / text_column="
+        )
+
+    manifest = pd.DataFrame(
+        {
+            "pair_id": (
+                [str(v) for v in table["pair_id"]]
+                if "pair_id" in table.columns
+                else [f"{path.stem}-{row}" for row in range(len(table))]
+            ),
+            "image_path": [str(v) for v in table[image_column]],
+            "text": [
+                "" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
+                for v in table[text_column]
+            ],
+            "source": [_blank_to_none(v) or path.name for v in table["source"]]
+            if "source" in table.columns
+            else path.name,
+        }
+    )
+    if "group_id" in table.columns:
+        manifest["group_id"] = [_blank_to_none(v) for v in table["group_id"]]
+    if "split" in table.columns:
+        manifest["split"] = [normalise_split(v) for v in table["split"]]
+    notes = {"skipped": {}, "table": str(path), "rows": len(table)}
+    return RecipeResult(manifest=check_manifest_columns(manifest), image_root=path.parent, notes=notes)

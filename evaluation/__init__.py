@@ -1,0 +1,1 @@
+"""Evaluation metrics for cross-modal retrieval (pure NumPy functions; see ``evaluation.metrics``)."""

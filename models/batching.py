@@ -1,0 +1,126 @@
+"""How pairs and their semantic neighbours (Eq. 5) are put into training batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+NEIGHBOR_MODES = ("in_batch", "extra_rows")
+
+
+@dataclass
+class Batch:
+    """Rows to encode, and how they map to the loss keywords.
+
+    ``rows`` are pair positions; the first ``n_main`` encoded rows form the cross-modal batch. Row
+    ``neighbor_rows[m]`` of the encoded rows is the sampled neighbour i' of main row ``neighbor_of[m]``.
+    """
+
+    rows: np.ndarray
+    n_main: int
+    neighbor_rows: np.ndarray | None = None
+    neighbor_of: np.ndarray | None = None
+
+
+class BatchSampler:
+    """Shuffled batches of train pairs, optionally with one sampled semantic neighbour per anchor.
+
+    Modes (``neighbor_mode``):
+
+    * no table: plain batches of ``batch_size`` pairs, each train pair once per epoch;
+    * ``"in_batch"``: each batch holds ``batch_size // 2`` anchors and one neighbour of each, drawn
+      uniformly from the anchor's k nearest train neighbours (Eq. 5); neighbours double as in-batch
+      negatives of the other rows, so a batch encodes exactly as many rows as the baseline's. Anchors are
+      taken from a running permutation, so every pair is an anchor once every two epochs;
+    * ``"extra_rows"``: batches of ``batch_size`` anchors plus their neighbours encoded as extra rows
+      (twice the encoder work of the baseline).
+
+    Every mode yields ``ceil(n_train / batch_size)`` batches per epoch, so epochs are comparable.
+    """
+
+    def __init__(
+        self,
+        train_positions: np.ndarray,
+        batch_size: int,
+        rng: np.random.Generator,
+        neighbors: np.ndarray | None = None,
+        neighbor_mode: str = "in_batch",
+    ) -> None:
+        if batch_size < 2:
+            raise ValueError(f"batch_size must be at least 2 for in-batch negatives, got {batch_size}")
+        if neighbors is not None:
+            if neighbor_mode not in NEIGHBOR_MODES:
+                raise ValueError(f"neighbor_mode must be one of {NEIGHBOR_MODES}, got {neighbor_mode!r}")
+            if len(neighbors) != len(train_positions):
+                raise ValueError("the neighbour table must have one row per train pair")
+            if neighbor_mode == "in_batch" and batch_size < 4:
+                raise ValueError(
+                    "in_batch neighbour sampling needs batch_size >= 4 (2 anchors + 2 neighbours)"
+                )
+        self.train_positions = np.asarray(train_positions)
+        self.batch_size = batch_size
+        self.rng = rng
+        self.neighbors = neighbors
+        self.neighbor_mode = neighbor_mode
+        self._order = np.empty(0, dtype=np.int64)
+        self._cursor = 0
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return -(-len(self.train_positions) // self.batch_size)
+
+    def state(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "order": self._order.tolist(), "cursor": self._cursor}
+
+    def load_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self._order = np.asarray(state["order"], dtype=np.int64)
+        self._cursor = int(state["cursor"])
+
+    def _take(self, count: int) -> np.ndarray:
+        """Next ``count`` train indices of a running permutation (reshuffled when used up)."""
+        taken = []
+        while count > 0:
+            if self._cursor >= len(self._order):
+                self._order = self.rng.permutation(len(self.train_positions))
+                self._cursor = 0
+            chunk = self._order[self._cursor : self._cursor + count]
+            self._cursor += len(chunk)
+            count -= len(chunk)
+            taken.append(chunk)
+        return np.concatenate(taken)
+
+    def _sample_neighbors(self, anchors: np.ndarray, taken: set[int]) -> np.ndarray:
+        """One uniformly drawn table neighbour per anchor, re-drawn (a few times) if already in the batch."""
+        k = self.neighbors.shape[1]
+        chosen = self.neighbors[anchors, self.rng.integers(0, k, size=len(anchors))]
+        for slot in range(len(anchors)):
+            for _ in range(3):
+                if int(chosen[slot]) not in taken:
+                    break
+                chosen[slot] = self.neighbors[anchors[slot], self.rng.integers(0, k)]
+            taken.add(int(chosen[slot]))
+        return chosen
+
+    def epoch(self) -> Iterator[Batch]:
+        n = len(self.train_positions)
+        if self.neighbors is None:
+            self._order = self.rng.permutation(n)
+            self._cursor = n
+            for start in range(0, n, self.batch_size):
+                chunk = self._order[start : start + self.batch_size]
+                if len(chunk) >= 2:
+                    yield Batch(rows=self.train_positions[chunk], n_main=len(chunk))
+            return
+        n_anchors = self.batch_size // 2 if self.neighbor_mode == "in_batch" else self.batch_size
+        for _ in range(self.batches_per_epoch):
+            anchors = self._take(n_anchors)
+            neighbors = self._sample_neighbors(anchors, set(anchors.tolist()))
+            rows = self.train_positions[np.concatenate([anchors, neighbors])]
+            neighbor_rows = np.arange(n_anchors, 2 * n_anchors)
+            n_main = 2 * n_anchors if self.neighbor_mode == "in_batch" else n_anchors
+            yield Batch(
+                rows=rows, n_main=n_main, neighbor_rows=neighbor_rows, neighbor_of=np.arange(n_anchors)
+            )

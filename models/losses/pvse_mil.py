@@ -1,0 +1,184 @@
+"""The PVSE objective (Song & Soleymani, CVPR 2019): a VSE++ hardest-negative hinge on the
+multiple-instance (MIL) similarity, a diversity regulariser on the PIE-Net residuals and an MMD term that
+pulls the image and text embedding distributions together. Reference code: github.com/yalesong/pvse
+(``loss.py``); defaults are those of its COCO training command (margin 0.1, ``--max_violation``,
+``--div_weight 0.1``, ``--mmd_weight 0.01``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from models.losses.base import (
+    Loss,
+    LossOutput,
+    LossPreconditionError,
+    check_pair_embeddings,
+    default_group_ids,
+    register_loss,
+)
+
+
+def check_multi_embeddings(name: str, embeddings: Tensor) -> None:
+    """Guard: PVSE keywords are ``[B, K, D]`` (K embeddings per instance)."""
+    if embeddings.dim() != 3:
+        raise LossPreconditionError(
+            f"{name} must be [B, K, D] (K embeddings per instance, as PVSEModel returns), got "
+            f"{tuple(embeddings.shape)}; a single-embedding model's [B, D] becomes K=1 with .unsqueeze(1)"
+        )
+
+
+def mil_similarity(image: Tensor, text: Tensor) -> Tensor:
+    """Multiple-instance similarity ``s(i, t) = max_{k, l} <image[i, k], text[t, l]>`` -> ``[B_image, B_text]``.
+
+    PVSE scores an image-text pair by its best-matching pair of embeddings, so one of an instance's K
+    meanings suffices to match. ``image`` is ``[B, K, D]``, ``text`` is ``[B', K', D]``.
+    """
+    check_multi_embeddings("image", image)
+    check_multi_embeddings("text", text)
+    if image.shape[-1] != text.shape[-1]:
+        raise LossPreconditionError(
+            f"embedding widths differ: image {tuple(image.shape)}, text {tuple(text.shape)}; both must be D"
+        )
+    pair_scores = torch.einsum("ikd,tld->itkl", image, text)
+    return pair_scores.flatten(2).amax(dim=-1)
+
+
+def paired_mil_similarity(first: Tensor, second: Tensor) -> Tensor:
+    """Row-wise MIL similarity ``[M]``: ``max_{k, l} <first[m, k], second[m, l]>`` for ``[M, K, D]`` inputs."""
+    check_multi_embeddings("first", first)
+    if first.shape != second.shape:
+        raise LossPreconditionError(
+            f"paired sets must have the same shape, got {tuple(first.shape)} and {tuple(second.shape)}"
+        )
+    return torch.einsum("mkd,mld->mkl", first, second).flatten(1).amax(dim=-1)
+
+
+def diversity_penalty(residual: Tensor) -> Tensor:
+    """PVSE diversity regulariser: mean over the batch of ``||G - I||_F / K^2``, with ``G`` the Gram matrix
+    of the K L2-normalised residuals of one instance. Zero when the K residuals are mutually orthogonal,
+    so the K attention heads are pushed to pick different local features."""
+    check_multi_embeddings("residual", residual)
+    unit = F.normalize(residual, dim=-1)
+    num_embeds = residual.shape[1]
+    gram = unit @ unit.transpose(1, 2)
+    identity = torch.eye(num_embeds, dtype=gram.dtype, device=gram.device)
+    return torch.linalg.matrix_norm(gram - identity, ord="fro").mean() / num_embeds**2
+
+
+def mmd_penalty(image: Tensor, text: Tensor, gamma: float = 0.5) -> Tensor:
+    """PVSE's (biased) maximum mean discrepancy between the image and text embedding sets:
+    ``mean k(x, x') - 2 mean k(x, y) + mean k(y, y')`` over all ``B*K`` embeddings of each modality, with
+    PVSE's kernel ``k(a, b) = exp(-gamma ||a - b||_2)`` (its ``rbf`` uses the distance, not its square)."""
+    x = image.reshape(-1, image.shape[-1])
+    y = text.reshape(-1, text.shape[-1])
+
+    def kernel_mean(a: Tensor, b: Tensor) -> Tensor:
+        # the exact pairwise-difference path: the matmul shortcut is inexact at zero distance (x vs x)
+        distances = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
+        return torch.exp(-gamma * distances).mean()
+
+    return kernel_mean(x, x) - 2 * kernel_mean(x, y) + kernel_mean(y, y)
+
+
+def hinge_on_scores(
+    scores: Tensor, same_group: Tensor, margin: float, max_violation: bool
+) -> tuple[Tensor, Tensor]:
+    """VSE++ ranking terms on a square score matrix (rows: images, columns: texts; diagonal = positives).
+
+    Returns (image-to-text, text-to-image): for each row/column, ``[margin + s(negative) - s(positive)]_+``
+    over the entries of other groups, reduced by the hardest negative (``max_violation``) then the batch mean,
+    or, as PVSE without ``--max_violation``, by the mean over all ``B x B`` entries (masked ones count as 0).
+    """
+    positive = scores.diagonal()
+    image_to_text = (margin + scores - positive.unsqueeze(1)).clamp(min=0).masked_fill(same_group, 0.0)
+    text_to_image = (margin + scores - positive.unsqueeze(0)).clamp(min=0).masked_fill(same_group, 0.0)
+    if max_violation:
+        return image_to_text.amax(dim=1).mean(), text_to_image.amax(dim=0).mean()
+    return image_to_text.mean(), text_to_image.mean()
+
+
+@register_loss("pvse_mil")
+class PvseMil(Loss):
+    """PVSE loss: ``L = L_i2t + L_t2i + diversity_weight * (div(image_res) + div(text_res)) + mmd_weight * MMD``.
+
+    Ranking terms use the MIL similarity (:func:`mil_similarity`) with the hardest negative in both
+    directions (VSE++). Rows sharing a ``group_id`` are never each other's negatives. As in PVSE, the
+    diversity and MMD terms are switched off when K = 1 (diversity is then identically zero anyway), so with
+    one embedding per instance this is exactly the VSE++ loss of a single-embedding model.
+    """
+
+    #: the residuals come with every PVSEModel output, so nothing needs sampling and the trainer keeps this
+    #: loss in the validation loss
+    needs: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(
+        self,
+        margin: float = 0.1,
+        max_violation: bool = True,
+        diversity_weight: float = 0.1,
+        mmd_weight: float = 0.01,
+        mmd_gamma: float = 0.5,
+    ) -> None:
+        super().__init__()
+        if margin < 0 or diversity_weight < 0 or mmd_weight < 0 or mmd_gamma <= 0:
+            raise ValueError(
+                "margin, diversity_weight and mmd_weight must be >= 0 and mmd_gamma > 0, got "
+                f"{margin}, {diversity_weight}, {mmd_weight}, {mmd_gamma}"
+            )
+        self.margin = margin
+        self.max_violation = max_violation
+        self.diversity_weight = diversity_weight
+        self.mmd_weight = mmd_weight
+        self.mmd_gamma = mmd_gamma
+
+    def forward(
+        self,
+        *,
+        image: Tensor,
+        text: Tensor,
+        image_residual: Tensor | None = None,
+        text_residual: Tensor | None = None,
+        group_ids: Tensor | None = None,
+        **_: Tensor,
+    ) -> LossOutput:
+        check_multi_embeddings("image", image)
+        check_multi_embeddings("text", text)
+        check_pair_embeddings(image, text)
+        groups = default_group_ids(group_ids, image.shape[0], image.device)
+        same_group = groups.unsqueeze(0) == groups.unsqueeze(1)
+        image_to_text, text_to_image = hinge_on_scores(
+            mil_similarity(image, text), same_group, self.margin, self.max_violation
+        )
+        zero = image.new_zeros(())
+        multi = image.shape[1] > 1
+        diversity = zero
+        if multi and self.diversity_weight > 0:
+            if image_residual is None or text_residual is None:
+                raise LossPreconditionError(
+                    "the diversity term needs image_residual and text_residual [B, K, D] (PVSEModel returns "
+                    "them); pass them or set diversity_weight=0"
+                )
+            if image_residual.shape[:2] != image.shape[:2] or text_residual.shape[:2] != text.shape[:2]:
+                raise LossPreconditionError(
+                    f"residuals {tuple(image_residual.shape)}, {tuple(text_residual.shape)} must be [B, K, D] "
+                    f"with the B, K of the embeddings {tuple(image.shape)}"
+                )
+            diversity = self.diversity_weight * (
+                diversity_penalty(image_residual) + diversity_penalty(text_residual)
+            )
+        mmd = (
+            self.mmd_weight * mmd_penalty(image, text, self.mmd_gamma)
+            if multi and self.mmd_weight > 0
+            else zero
+        )
+        return {
+            "image_to_text_loss": image_to_text,
+            "text_to_image_loss": text_to_image,
+            "diversity_loss": diversity,
+            "mmd_loss": mmd,
+        }

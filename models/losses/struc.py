@@ -1,0 +1,184 @@
+"""Structure-preserving constraint of Wang, Li & Lazebnik (CVPR 2016, "Learning Deep Structure-Preserving
+Image-Text Embeddings", Eq. 3 neighbourhood terms), the "Struc" baseline of Table 2 of Thomas & Kovashka.
+
+Within one space S (text or image embeddings): for every anchor a, every member p of a's group (p ≠ a) and
+every non-member n, [m + d(a,p) − d(a,n)]_+. Wang et al. keep only the top-K violating negatives per
+(a, p); ``top_k=None`` sums over all of them. Groups are either ground truth (``group_ids``: several
+captions of one image) or estimated: the group of batch row i is {i, its sampled neighbour}.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from models.losses.angular import check_embedding_matrix, check_negative_mask, contribution_summary
+from models.losses.base import (
+    Loss,
+    LossOutput,
+    LossPreconditionError,
+    check_pair_embeddings,
+    default_group_ids,
+    register_loss,
+)
+from models.losses.triplet import DISTANCES, paired_distance, pairwise_distance
+from models.losses.within_modality import NEIGHBOUR_KEYWORDS, neighbour_negative_mask, require_neighbours
+
+SPACES = ("text", "image")
+GROUP_SOURCES = ("ground_truth", "neighbors")
+
+
+def structure_violations(
+    anchor_to_positive: Tensor, anchor_to_pool: Tensor, negative_mask: Tensor, margin: float
+) -> Tensor:
+    """``[Q, P]`` m + d(a,p) − d(a,n) per (anchor-positive pair, pool row), −inf where n is no negative."""
+    check_negative_mask(negative_mask, anchor_to_pool.shape[0], anchor_to_pool.shape[1])
+    violations = margin + anchor_to_positive.unsqueeze(1) - anchor_to_pool
+    return violations.masked_fill(~negative_mask, -math.inf)
+
+
+def structure_terms(violations: Tensor, top_k: int | None) -> Tensor:
+    """``[Q]`` Σ_n [violation]_+ over all negatives, or over the ``top_k`` largest (Wang et al.)."""
+    if top_k is not None:
+        violations = violations.topk(min(top_k, violations.shape[1]), dim=1).values
+    # relu(−inf) is 0 with zero gradient, so masked entries drop out of both the sum and its gradient
+    return torch.relu(violations).sum(dim=1)
+
+
+def structure_contributions(violations: Tensor, top_k: int | None) -> Tensor:
+    """``LongTensor[Q]``: violating negatives kept by the loss (COCOS C^q, Bleeker & de Rijke §4)."""
+    counts = (violations > 0).sum(dim=1)
+    return counts if top_k is None else counts.clamp_max(top_k)
+
+
+@register_loss("struc")
+class Struc(Loss):
+    """Structure-preserving loss in one space (``space``), the mean over (anchor, group mate) pairs, times
+    ``weight``. ``group_source="neighbors"`` needs the sampled-neighbour keywords; it then uses both
+    (batch row, neighbour) and (neighbour, batch row) as anchor-positive pairs, negatives being batch rows
+    outside both their groups.
+    """
+
+    def __init__(
+        self,
+        space: str = "text",
+        margin: float = 0.1,
+        weight: float = 1.0,
+        group_source: str = "ground_truth",
+        top_k: int | None = None,
+        distance: str = "euclidean",
+    ) -> None:
+        super().__init__()
+        if space not in SPACES:
+            raise LossPreconditionError(f"Struc space {space!r} is unknown; choose one of {SPACES}")
+        if group_source not in GROUP_SOURCES:
+            raise LossPreconditionError(
+                f"group_source {group_source!r} is unknown; choose one of {GROUP_SOURCES}"
+            )
+        if top_k is not None and top_k < 1:
+            raise LossPreconditionError(f"top_k={top_k}: keep at least one negative, or None for all of them")
+        if distance not in DISTANCES:
+            raise LossPreconditionError(f"distance {distance!r} is unknown; choose one of {DISTANCES}")
+        self.space = space
+        self.margin = margin
+        self.weight = weight
+        self.group_source = group_source
+        self.top_k = top_k
+        self.distance = distance
+        if group_source == "neighbors":
+            # per instance: only this configuration makes the trainer sample neighbours
+            self.needs = frozenset(NEIGHBOUR_KEYWORDS)
+
+    def _violations(
+        self,
+        image: Tensor,
+        text: Tensor,
+        group_ids: Tensor | None,
+        neighbor_image: Tensor | None,
+        neighbor_text: Tensor | None,
+        neighbor_of: Tensor | None,
+        neighbor_group_ids: Tensor | None,
+    ) -> Tensor:
+        check_pair_embeddings(image, text)
+        embeddings = text if self.space == "text" else image
+        check_embedding_matrix(self.space, embeddings, unit_norm=self.distance == "cosine")
+        groups = default_group_ids(group_ids, embeddings.shape[0], embeddings.device)
+        if self.group_source == "ground_truth":
+            return self._ground_truth_violations(embeddings, groups)
+        neighbor_image, neighbor_text, neighbor_of = require_neighbours(
+            image.shape[0],
+            image.shape[-1],
+            neighbor_image,
+            neighbor_text,
+            neighbor_of,
+            neighbor_group_ids,
+            group_ids,
+        )
+        neighbours = neighbor_text if self.space == "text" else neighbor_image
+        check_embedding_matrix(f"neighbor_{self.space}", neighbours, unit_norm=self.distance == "cosine")
+        mask = neighbour_negative_mask(groups, neighbor_of, neighbor_group_ids)
+        anchor_to_positive = paired_distance(embeddings[neighbor_of], neighbours, self.distance)
+        batch_to_pool = pairwise_distance(embeddings, embeddings, self.distance)[neighbor_of]
+        neighbour_to_pool = pairwise_distance(neighbours, embeddings, self.distance)
+        return torch.cat(
+            [
+                structure_violations(anchor_to_positive, batch_to_pool, mask, self.margin),
+                structure_violations(anchor_to_positive, neighbour_to_pool, mask, self.margin),
+            ]
+        )
+
+    def _ground_truth_violations(self, embeddings: Tensor, groups: Tensor) -> Tensor:
+        same_group = groups.unsqueeze(0) == groups.unsqueeze(1)
+        mates = same_group & ~torch.eye(len(groups), dtype=torch.bool, device=groups.device)
+        anchor_index, positive_index = mates.nonzero(as_tuple=True)
+        if anchor_index.numel() == 0:
+            raise LossPreconditionError(
+                "Struc with group_source='ground_truth' found no two batch rows sharing a group id, so there is "
+                "no structure to preserve: batch several captions per image (repeated group_ids, e.g. a sampler "
+                "drawing k captions of each image) or use group_source='neighbors' with sampled neighbours"
+            )
+        distances = pairwise_distance(embeddings, embeddings, self.distance)
+        # the anchor-positive distance is taken row-wise so identical mates give exactly 0
+        anchor_to_positive = paired_distance(
+            embeddings[anchor_index], embeddings[positive_index], self.distance
+        )
+        return structure_violations(
+            anchor_to_positive, distances[anchor_index], ~same_group[anchor_index], self.margin
+        )
+
+    def forward(
+        self,
+        *,
+        image: Tensor,
+        text: Tensor,
+        group_ids: Tensor | None = None,
+        neighbor_image: Tensor | None = None,
+        neighbor_text: Tensor | None = None,
+        neighbor_of: Tensor | None = None,
+        neighbor_group_ids: Tensor | None = None,
+        **unused: Tensor,
+    ) -> LossOutput:
+        violations = self._violations(
+            image, text, group_ids, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids
+        )
+        return {f"struc_{self.space}_loss": self.weight * structure_terms(violations, self.top_k).mean()}
+
+    @torch.no_grad()
+    def diagnostics(
+        self,
+        *,
+        image: Tensor,
+        text: Tensor,
+        group_ids: Tensor | None = None,
+        neighbor_image: Tensor | None = None,
+        neighbor_text: Tensor | None = None,
+        neighbor_of: Tensor | None = None,
+        neighbor_group_ids: Tensor | None = None,
+        **unused: Tensor,
+    ) -> dict[str, Tensor]:
+        violations = self._violations(
+            image, text, group_ids, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids
+        )
+        return contribution_summary(f"struc_{self.space}", structure_contributions(violations, self.top_k))

@@ -1,0 +1,311 @@
+"""The training loop: batches -> model embeddings -> summed named sub-losses, with plateau LR decay,
+best-by-validation checkpointing and resumable, atomically written checkpoints (paper §3.3).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from models.batching import Batch, BatchSampler
+from models.losses import Loss
+from pipeline.io import atomic_path
+from pipeline.profiles import TrainSettings
+from pipeline.steps.features import resize_batch
+
+LAST_CHECKPOINT = "checkpoint_last.pt"
+BEST_CHECKPOINT = "model_best.pt"
+HISTORY_FILE = "history.csv"
+
+
+@dataclass
+class PairData:
+    """Everything the trainer reads, indexed by pair position."""
+
+    images: np.ndarray  # uint8 [R, S, S, 3] image cache (may be a memmap)
+    image_rows: np.ndarray  # [N] cache row of each pair
+    tokens: np.ndarray  # int64 [N, L]
+    lengths: np.ndarray  # int64 [N]
+    group_ids: np.ndarray  # int64 [N]; pairs sharing an image/caption set share an id
+
+    def image_batch(self, positions: np.ndarray, size: int) -> Tensor:
+        rows = self.image_rows[positions]
+        return resize_batch(torch.from_numpy(np.ascontiguousarray(self.images[rows])), size)
+
+    def text_batch(self, positions: np.ndarray) -> tuple[Tensor, Tensor]:
+        lengths = self.lengths[positions]
+        width = int(lengths.max())
+        return torch.from_numpy(self.tokens[positions, :width]), torch.from_numpy(lengths)
+
+
+@dataclass
+class TrainResult:
+    history: list[dict] = field(default_factory=list)
+    best_epoch: int = -1
+    best_val_loss: float = math.inf
+    resumed_from_epoch: int = 0
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def loss_inputs(outputs: dict[str, Tensor], batch: Batch, group_ids: Tensor) -> dict[str, Tensor]:
+    """Slice model outputs into the keywords of ``models.losses.base``: main rows and neighbour rows."""
+    inputs = {key: value[: batch.n_main] for key, value in outputs.items()}
+    inputs["group_ids"] = group_ids[: batch.n_main]
+    if batch.neighbor_rows is not None:
+        index = torch.from_numpy(batch.neighbor_rows).to(group_ids.device)
+        for key, value in outputs.items():
+            inputs[f"neighbor_{key}"] = value.index_select(0, index)
+        inputs["neighbor_of"] = torch.from_numpy(batch.neighbor_of).to(group_ids.device)
+        inputs["neighbor_group_ids"] = group_ids.index_select(0, index)
+    return inputs
+
+
+def compute_losses(losses: Sequence[Loss], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Every loss's named sub-losses, keyed ``<loss name>.<sub-loss>``."""
+    parts: dict[str, Tensor] = {}
+    for loss in losses:
+        for part, value in loss(**inputs).items():
+            parts[f"{loss.name}.{part}"] = value
+    return parts
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: nn.Module,
+        losses: Sequence[Loss],
+        data: PairData,
+        train_positions: np.ndarray,
+        val_positions: np.ndarray,
+        settings: TrainSettings,
+        seed: int,
+        work_dir: Path,
+        neighbors: np.ndarray | None = None,
+        device: torch.device | None = None,
+        progress: bool | None = None,
+    ) -> None:
+        needs_neighbors = [loss.name for loss in losses if loss.needs & {"neighbor_image", "neighbor_text"}]
+        if needs_neighbors and neighbors is None:
+            raise ValueError(
+                f"losses {needs_neighbors} need sampled semantic neighbours but no neighbour table was given: "
+                "set the variant's neighbor_source to 'text' or 'image'"
+            )
+        self.device = device or pick_device()
+        self.model = model.to(self.device)
+        self.losses = [loss.to(self.device) for loss in losses]
+        # validation loss: the parts every variant shares (neighbour-free), so variants are comparable
+        self.val_losses = [loss for loss in self.losses if not loss.needs]
+        self.data = data
+        self.val_positions = np.asarray(val_positions)
+        self.settings = settings
+        self.seed = seed
+        self.work_dir = Path(work_dir)
+        self.progress = progress
+        self.group_ids = torch.from_numpy(np.asarray(data.group_ids, dtype=np.int64))
+        self.sampler = BatchSampler(
+            np.asarray(train_positions),
+            settings.batch_size,
+            np.random.default_rng(seed),
+            neighbors if needs_neighbors else None,
+            settings.neighbor_mode,
+        )
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            self.optimizer, mode="min", factor=settings.lr_factor, patience=settings.lr_patience
+        )
+        self.flip_generator = torch.Generator().manual_seed(seed)
+
+    # ----------------------------------------------------------------- steps
+    def _encode(self, rows: np.ndarray, train: bool) -> dict[str, Tensor]:
+        images = self.data.image_batch(rows, self.settings.image_size)
+        if train and self.settings.horizontal_flip:
+            flip = torch.rand(len(rows), generator=self.flip_generator) < 0.5
+            images[flip] = images[flip].flip(dims=[2])
+        tokens, lengths = self.data.text_batch(rows)
+        return self.model(images.to(self.device), tokens.to(self.device), lengths)
+
+    def train_step(self, batch: Batch) -> dict[str, float]:
+        self.model.train()
+        outputs = self._encode(batch.rows, train=True)
+        inputs = loss_inputs(outputs, batch, self.group_ids[batch.rows].to(self.device))
+        parts = compute_losses(self.losses, inputs)
+        total = torch.stack(list(parts.values())).sum()
+        if not torch.isfinite(total):
+            raise FloatingPointError(
+                f"non-finite loss {total.item()} (parts: { {k: v.item() for k, v in parts.items()} })"
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        self.optimizer.step()
+        return {"loss": total.item(), **{name: value.item() for name, value in parts.items()}}
+
+    @torch.no_grad()
+    def validation_loss(self) -> float:
+        self.model.eval()
+        positions = self.val_positions
+        totals, weights = 0.0, 0
+        for start in range(0, len(positions), self.settings.batch_size):
+            rows = positions[start : start + self.settings.batch_size]
+            if len(rows) < 2:
+                continue
+            batch = Batch(rows=rows, n_main=len(rows))
+            inputs = loss_inputs(self._encode(rows, train=False), batch, self.group_ids[rows].to(self.device))
+            parts = compute_losses(self.val_losses, inputs)
+            totals += float(torch.stack(list(parts.values())).sum()) * len(rows)
+            weights += len(rows)
+        if weights == 0:
+            raise ValueError(
+                "the validation split has fewer than 2 pairs: validation loss cannot be computed"
+            )
+        return totals / weights
+
+    # ------------------------------------------------------------ checkpoints
+    def _save(self, path: Path, payload: dict) -> None:
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(buffer.getvalue())
+
+    def _checkpoint(self, epoch: int, result: TrainResult) -> None:
+        self._save(
+            self.work_dir / LAST_CHECKPOINT,
+            {
+                "epoch": epoch,
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "sampler": self.sampler.state(),
+                "flip_generator": self.flip_generator.get_state(),
+                "torch_rng": torch.get_rng_state(),
+                "numpy_rng": np.random.get_state(),
+                "python_rng": random.getstate(),
+                "history": result.history,
+                "best_epoch": result.best_epoch,
+                "best_val_loss": result.best_val_loss,
+            },
+        )
+
+    def _resume(self, result: TrainResult) -> int:
+        path = self.work_dir / LAST_CHECKPOINT
+        if not path.exists():
+            return 0
+        state = torch.load(path, map_location=self.device, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state(state["sampler"])
+        self.flip_generator.set_state(state["flip_generator"])
+        torch.set_rng_state(state["torch_rng"])
+        np.random.set_state(state["numpy_rng"])
+        random.setstate(state["python_rng"])
+        result.history = state["history"]
+        result.best_epoch = state["best_epoch"]
+        result.best_val_loss = state["best_val_loss"]
+        result.resumed_from_epoch = state["epoch"]
+        return state["epoch"]
+
+    def _write_history(self, history: list[dict]) -> None:
+        columns = sorted({key for row in history for key in row}, key=lambda c: (c != "epoch", c))
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(history)
+        with atomic_path(self.work_dir / HISTORY_FILE) as tmp:
+            tmp.write_text(buffer.getvalue())
+
+    # ------------------------------------------------------------------ loop
+    def fit(self) -> TrainResult:
+        result = TrainResult()
+        start_epoch = self._resume(result)
+        writer = _tensorboard_writer(self.work_dir)
+        for epoch in range(start_epoch + 1, self.settings.epochs + 1):
+            started = time.time()
+            sums: dict[str, float] = {}
+            n_batches = 0
+            rows_seen = 0
+            bar = tqdm(
+                self.sampler.epoch(),
+                total=self.sampler.batches_per_epoch,
+                desc=f"epoch {epoch}/{self.settings.epochs}",
+                disable=self.progress is False or None,
+                leave=False,
+            )
+            for batch in bar:
+                logged = self.train_step(batch)
+                for name, value in logged.items():
+                    sums[name] = sums.get(name, 0.0) + value
+                n_batches += 1
+                rows_seen += len(batch.rows)
+                bar.set_postfix(loss=f"{logged['loss']:.4f}")
+            train_seconds = time.time() - started
+            val_loss = self.validation_loss()
+            self.scheduler.step(val_loss)
+            row = {
+                "epoch": epoch,
+                "val_loss": val_loss,
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "train_seconds": train_seconds,
+                "rows_per_second": rows_seen / max(train_seconds, 1e-9),
+                **{f"train_{name}": value / max(n_batches, 1) for name, value in sums.items()},
+            }
+            result.history.append(row)
+            if val_loss < result.best_val_loss:
+                result.best_val_loss = val_loss
+                result.best_epoch = epoch
+                self._save(
+                    self.work_dir / BEST_CHECKPOINT, {"epoch": epoch, "model": self.model.state_dict()}
+                )
+            if writer is not None:
+                for name, value in row.items():
+                    if name != "epoch":
+                        writer.add_scalar(name, value, epoch)
+            self._write_history(result.history)
+            self._checkpoint(epoch, result)
+        if writer is not None:
+            writer.close()
+        return result
+
+
+def _tensorboard_writer(work_dir: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # TensorBoard is optional
+        return None
+    return SummaryWriter(log_dir=str(work_dir / "tensorboard"))
+
+
+@torch.no_grad()
+def encode_pairs(
+    model: nn.Module,
+    data: PairData,
+    positions: np.ndarray,
+    image_size: int,
+    batch_size: int = 256,
+    device: torch.device | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Embeddings of ``positions`` (images, texts), in order; eval mode, no augmentation."""
+    device = device or next(model.parameters()).device
+    model.eval()
+    images, texts = [], []
+    for start in range(0, len(positions), batch_size):
+        rows = positions[start : start + batch_size]
+        images.append(model.encode_image(data.image_batch(rows, image_size).to(device)).cpu().numpy())
+        tokens, lengths = data.text_batch(rows)
+        texts.append(model.encode_text(tokens.to(device), lengths).cpu().numpy())
+    return np.concatenate(images), np.concatenate(texts)

@@ -1,0 +1,21 @@
+"""Luigi pipeline: ``luigi --module pipeline FullRun`` (see README)."""
+
+from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
+from pipeline.tasks.evaluation import Evaluate
+from pipeline.tasks.report import FullRun, Report
+from pipeline.tasks.representations import ImageFeatures, NeighborTables, TrainDoc2Vec, TrainWordVectors
+from pipeline.tasks.training import Train
+
+__all__ = [
+    "Deduplicate",
+    "Evaluate",
+    "FullRun",
+    "ImageFeatures",
+    "NeighborTables",
+    "PrepareDataset",
+    "Report",
+    "Split",
+    "Train",
+    "TrainDoc2Vec",
+    "TrainWordVectors",
+]

@@ -1,0 +1,137 @@
+"""Run profiles as data: sizes and settings for tests (``smoke``), the CPU demo (``demo``) and the paper
+(``paper``, Thomas & Kovashka §3.3, for a GPU). Pick one with ``--profile``; every task reads the fields it
+needs, so a field that does not concern a task never changes that task's output path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Doc2VecSettings:
+    """gensim Doc2Vec, distributed memory with hierarchical softmax (paper §3.3)."""
+
+    vector_size: int = 200
+    window: int = 20
+    min_count: int = 20
+    epochs: int = 20
+    dm: int = 1
+    hs: int = 1
+    negative: int = 0
+    infer_epochs: int = 20
+
+
+@dataclass(frozen=True)
+class WordVectorSettings:
+    """Word2Vec on the target dataset's train texts, to initialise the GRU's embeddings."""
+
+    vector_size: int = 200
+    window: int = 5
+    min_count: int = 5
+    epochs: int = 10
+    max_vocab: int = 50_000
+
+
+@dataclass(frozen=True)
+class NeighborSettings:
+    """Annoy tables of the k nearest train neighbours (paper: k = 200, Eq. 5)."""
+
+    k: int = 200
+    n_trees: int = 50
+    search_k: int = -1  # Annoy's default: n_trees * k
+    recall_queries: int = 500
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Optimisation of §3.3: Adam 1e-4, weight decay 1e-5, batch 64, plateau decay x0.1 after 5 epochs."""
+
+    backbone: str = "resnet50"
+    pretrained: bool = True
+    image_size: int = 224
+    embed_dim: int = 256
+    gru_hidden: int = 512
+    max_text_tokens: int = 64
+    batch_size: int = 64
+    epochs: int = 30
+    learning_rate: float = 1e-4
+    weight_decay: float = 1e-5
+    lr_patience: int = 5
+    lr_factor: float = 0.1
+    horizontal_flip: bool = True
+    #: how the sampled neighbour i' of Eq. 5 reaches the batch: "in_batch" fills half of each batch with
+    #: the anchors' neighbours (same rows encoded as the baseline), "extra_rows" encodes them as extra rows.
+    neighbor_mode: str = "in_batch"
+    num_workers: int = 0
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    n_way: int = 5
+    redraws: int = 5
+    preservation_k: int = 200
+    topic_k: int = 10
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+    image_cache_size: int = 224
+    dedup_threshold: float = 0.7
+    dedup_num_perm: int = 128
+    dedup_shingle_size: int = 3
+    reject_budget: float = 0.05
+    doc2vec: Doc2VecSettings = Doc2VecSettings()
+    word_vectors: WordVectorSettings = WordVectorSettings()
+    neighbors: NeighborSettings = NeighborSettings()
+    train: TrainSettings = TrainSettings()
+    eval: EvalSettings = EvalSettings()
+
+    def section(self, name: str) -> dict[str, Any]:
+        """One settings group as a plain dict (what a task hashes into its output path)."""
+        value = getattr(self, name)
+        return asdict(value) if hasattr(value, "__dataclass_fields__") else value
+
+
+PAPER = Profile(name="paper")
+
+DEMO = Profile(
+    name="demo",
+    image_cache_size=64,
+    doc2vec=Doc2VecSettings(min_count=5),
+    word_vectors=WordVectorSettings(min_count=3),
+    train=TrainSettings(
+        backbone="resnet18", image_size=64, max_text_tokens=64, epochs=8, lr_patience=2, learning_rate=3e-4
+    ),
+)
+
+SMOKE = Profile(
+    name="smoke",
+    dataset_options={"n_pairs": 360},
+    image_cache_size=32,
+    doc2vec=Doc2VecSettings(vector_size=32, window=5, min_count=2, epochs=10, infer_epochs=10),
+    word_vectors=WordVectorSettings(vector_size=32, min_count=2, epochs=3),
+    neighbors=NeighborSettings(k=20, n_trees=10, recall_queries=50),
+    train=replace(
+        DEMO.train,
+        image_size=32,
+        embed_dim=32,
+        gru_hidden=32,
+        max_text_tokens=32,
+        batch_size=16,
+        epochs=2,
+        lr_patience=1,
+    ),
+    eval=EvalSettings(n_way=5, redraws=2, preservation_k=20, topic_k=5),
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (SMOKE, DEMO, PAPER)}
+
+
+def get_profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise KeyError(f"unknown profile {name!r}; choose one of {sorted(PROFILES)}")
+    return PROFILES[name]

@@ -1,0 +1,1 @@
+"""Plain functions behind the Luigi tasks, testable without Luigi."""

@@ -1,0 +1,69 @@
+"""Doc2Vec (gensim) on the train texts: the semantic space Ω of Thomas & Kovashka §3.2."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from unittest import mock
+
+import numpy as np
+from gensim.models import doc2vec as gensim_doc2vec
+from gensim.models.doc2vec import Doc2Vec, TaggedDocument
+from gensim.models.keyedvectors import pseudorandom_weak_vector
+
+from pipeline.profiles import Doc2VecSettings
+from pipeline.steps.text import stable_string_hash
+
+
+def train_doc2vec(train_tokens: Sequence[list[str]], settings: Doc2VecSettings, seed: int) -> Doc2Vec:
+    """Distributed-memory Doc2Vec with hierarchical softmax on the train texts (one worker: reproducible)."""
+    if not train_tokens:
+        raise ValueError("no train texts: Doc2Vec needs the train split to be non-empty")
+    documents = [TaggedDocument(tokens, [i]) for i, tokens in enumerate(train_tokens)]
+    model = Doc2Vec(
+        vector_size=settings.vector_size,
+        window=settings.window,
+        min_count=settings.min_count,
+        dm=settings.dm,
+        hs=settings.hs,
+        negative=settings.negative,
+        epochs=settings.epochs,
+        seed=seed,
+        workers=1,
+        hashfxn=stable_string_hash,
+    )
+    model.build_vocab(documents)
+    if not model.wv.index_to_key:
+        raise ValueError(
+            f"Doc2Vec vocabulary is empty with min_count={settings.min_count}: the train texts are too few "
+            "or too short; lower doc2vec min_count in the profile"
+        )
+    model.train(documents, total_examples=len(documents), epochs=model.epochs)
+    return model
+
+
+def infer_vectors(model: Doc2Vec, token_lists: Sequence[list[str]], epochs: int) -> np.ndarray:
+    """Document vectors by iterative backpropagation (§3.2), [N, vector_size] float32.
+
+    gensim seeds each inferred vector from Python's salted ``hash`` of the text; we give it a stable hash
+    so that the same parameters give the same vectors in every process.
+    """
+
+    def stable_seed_vector(size: int, seed_string: str | None = None, hashfxn=None) -> np.ndarray:
+        return pseudorandom_weak_vector(size, seed_string=seed_string, hashfxn=stable_string_hash)
+
+    vectors = np.zeros((len(token_lists), model.vector_size), dtype=np.float32)
+    with mock.patch.object(gensim_doc2vec, "pseudorandom_weak_vector", stable_seed_vector):
+        for i, tokens in enumerate(token_lists):
+            # gensim's inference samples from model.random: seed it from the text, so a document's vector
+            # does not depend on which documents were inferred before it (incremental rebuilds)
+            model.random = np.random.RandomState(stable_string_hash(" ".join(tokens)))
+            vectors[i] = model.infer_vector(list(tokens), epochs=epochs)
+    return vectors
+
+
+def document_vectors(
+    model: Doc2Vec, train_tokens: Sequence[list[str]], other_tokens: Sequence[list[str]], epochs: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Vectors of the train documents (as trained) and of every other document (inferred)."""
+    train = np.asarray(model.dv.vectors[: len(train_tokens)], dtype=np.float32)
+    return train, infer_vectors(model, other_tokens, epochs)

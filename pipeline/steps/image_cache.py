@@ -1,0 +1,235 @@
+"""Decode every image once into one uint8 array [N, S, S, 3] (.npy, memory-mapped), rejecting bad ones.
+
+Each distinct image path is decoded once (several pairs may share an image, e.g. COCO's five
+captions); images that fail :func:`data_recipes.validate.load_image_rgb` reject all their pairs, and
+so does a placeholder: the same decoded pixels behind many different paths (e.g. Flickr's
+"photo no longer available"). Rows of the cache follow the manifest order of the kept pairs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+from tqdm import tqdm
+
+from data_recipes.validate import (
+    DEFAULT_MAX_PIXELS,
+    ImageRejected,
+    load_image_rgb,
+    make_rejects,
+    reject_counts,
+)
+
+DEFAULT_PLACEHOLDER_MIN_PATHS = 10
+# Paths decoded per thread-pool round: bounds the decoded thumbnails waiting to be written.
+_CHUNK_PATHS = 256
+# Rows copied per step when the final cache is gathered from the per-image array.
+_COPY_ROWS = 1024
+
+
+@dataclass
+class ImageCacheResult:
+    """Rows of the cache (kept pair ids, manifest order), the rejected pairs, and counts."""
+
+    pair_ids: list[str]
+    rejects: pd.DataFrame
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Decoded:
+    pixels: np.ndarray | None
+    content_hash: str
+    reason: str = ""
+    detail: str = ""
+
+
+def centre_square(image: Image.Image, size: int) -> np.ndarray:
+    """Shorter side scaled to ``size``, centre-cropped to ``size`` x ``size``; uint8 [size, size, 3].
+
+    Cropping the centred square of side min(W, H) and scaling it to ``size`` is the same geometry
+    as scaling then cropping, but resamples fewer pixels. PIL's bicubic filter is antialiased when
+    downscaling; the reducing gap keeps large downscales fast at no visible cost.
+    """
+    width, height = image.size
+    side = min(width, height)
+    left = (width - side) / 2.0
+    top = (height - side) / 2.0
+    box = (left, top, left + side, top + side)
+    resized = image.resize((size, size), Image.Resampling.BICUBIC, box=box, reducing_gap=3.0)
+    return np.asarray(resized, dtype=np.uint8)
+
+
+def _decode_one(path: str, image_size: int, max_pixels: int) -> _Decoded:
+    try:
+        image = load_image_rgb(path, max_pixels=max_pixels, draft_size=image_size)
+    except ImageRejected as rejected:
+        return _Decoded(None, "", rejected.reason, rejected.detail)
+    digest = hashlib.blake2b(image.tobytes(), digest_size=16)
+    digest.update(f"{image.size}".encode())
+    return _Decoded(centre_square(image, image_size), digest.hexdigest())
+
+
+def _decode_all(paths: Sequence[str], image_size: int, max_pixels: int, workers: int) -> Iterator[_Decoded]:
+    """Decoded images in ``paths`` order; PIL releases the GIL while decoding, so threads overlap."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for start in range(0, len(paths), _CHUNK_PATHS):
+            chunk = paths[start : start + _CHUNK_PATHS]
+            yield from pool.map(lambda p: _decode_one(p, image_size, max_pixels), chunk)
+
+
+def _write_npy_atomically(out_path: Path, shape: tuple[int, ...], fill) -> None:
+    """Create a uint8 .npy of ``shape`` in a temp file next to ``out_path``, ``fill`` it, then rename."""
+    handle, temp_name = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
+    os.close(handle)
+    # mkstemp creates the file private (0600); give the cache the permissions a plain open() would.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temp_name, 0o666 & ~umask)
+    try:
+        if shape[0] == 0:
+            # A zero-length memmap cannot be mapped; an empty array has nothing to stream anyway.
+            np.save(temp_name, np.zeros(shape, dtype=np.uint8), allow_pickle=False)
+            os.replace(temp_name + ".npy", temp_name)
+        else:
+            array = np.lib.format.open_memmap(temp_name, mode="w+", dtype=np.uint8, shape=shape)
+            fill(array)
+            array.flush()
+            del array
+        os.replace(temp_name, out_path)
+    finally:
+        for leftover in (temp_name, temp_name + ".npy"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+
+
+def build_image_cache(
+    manifest: pd.DataFrame,
+    image_size: int,
+    out_path: Path,
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    placeholder_min_paths: int = DEFAULT_PLACEHOLDER_MIN_PATHS,
+    workers: int = 0,
+) -> ImageCacheResult:
+    """Decode, check and resize the manifest's images into ``out_path`` (uint8 [N, S, S, 3] .npy).
+
+    Pairs whose image is rejected (a :data:`data_recipes.validate.REJECT_REASONS` image reason, or
+    ``placeholder_image`` when the same decoded pixels sit behind at least ``placeholder_min_paths``
+    different paths) are left out of the cache and listed in ``rejects``. The file appears only
+    when complete (temp file + ``os.replace``). ``workers`` = 0 picks one decoding thread per core.
+    """
+    missing = [c for c in ("pair_id", "image_path") if c not in manifest.columns]
+    if missing:
+        raise ValueError(f"manifest lacks column(s) {missing}; build the cache from a validated manifest")
+    if image_size < 1:
+        raise ValueError(f"image_size must be >= 1, got {image_size}")
+    if placeholder_min_paths < 2:
+        raise ValueError(
+            f"placeholder_min_paths must be >= 2 (one path is never a placeholder), got {placeholder_min_paths}"
+        )
+    pair_ids = manifest["pair_id"].astype(str).tolist()
+    if len(set(pair_ids)) != len(pair_ids):
+        raise ValueError(
+            "manifest has duplicate pair_id values; run data_recipes.validate.validate_records first"
+        )
+    out_path = Path(out_path)
+    if out_path.suffix != ".npy":
+        raise ValueError(f"out_path must end in .npy, got {out_path}")
+    if not out_path.parent.is_dir():
+        raise FileNotFoundError(
+            f"folder {out_path.parent} does not exist; create it before building the cache"
+        )
+    workers = workers or max(1, os.cpu_count() or 1)
+    started = time.perf_counter()
+
+    pair_paths = manifest["image_path"].astype(str).tolist()
+    distinct_paths = list(dict.fromkeys(pair_paths))
+    row_of_path = {path: row for row, path in enumerate(distinct_paths)}
+    path_reject: dict[str, tuple[str, str]] = {}
+    paths_of_hash: dict[str, list[str]] = defaultdict(list)
+    shape = (len(distinct_paths), image_size, image_size, 3)
+
+    per_image_path = out_path.with_name(f".{out_path.stem}.per_image.npy")
+
+    def fill_per_image(array: np.ndarray) -> None:
+        decoded = _decode_all(distinct_paths, image_size, max_pixels, workers)
+        progress = tqdm(decoded, total=len(distinct_paths), desc="images", unit="img", disable=None)
+        for row, (path, result) in enumerate(zip(distinct_paths, progress, strict=True)):
+            if result.pixels is None:
+                path_reject[path] = (result.reason, result.detail)
+                continue
+            array[row] = result.pixels
+            paths_of_hash[result.content_hash].append(path)
+
+    try:
+        _write_npy_atomically(per_image_path, shape, fill_per_image)
+        placeholder_hashes = {
+            h: paths for h, paths in paths_of_hash.items() if len(paths) >= placeholder_min_paths
+        }
+        for content_hash, paths in placeholder_hashes.items():
+            for path in paths:
+                path_reject[path] = (
+                    "placeholder_image",
+                    f"same decoded pixels (hash {content_hash[:12]}) as {len(paths) - 1} other image paths",
+                )
+        kept_positions = [i for i, path in enumerate(pair_paths) if path not in path_reject]
+        kept_rows = np.array([row_of_path[pair_paths[i]] for i in kept_positions], dtype=np.int64)
+        if np.array_equal(kept_rows, np.arange(len(distinct_paths))):
+            os.replace(per_image_path, out_path)
+        else:
+            per_image = np.load(per_image_path, mmap_mode="r")
+
+            def fill_final(array: np.ndarray) -> None:
+                for start in range(0, len(kept_rows), _COPY_ROWS):
+                    array[start : start + _COPY_ROWS] = per_image[kept_rows[start : start + _COPY_ROWS]]
+
+            _write_npy_atomically(out_path, (len(kept_rows), image_size, image_size, 3), fill_final)
+            del per_image
+    finally:
+        if per_image_path.exists():
+            per_image_path.unlink()
+
+    rejects = make_rejects(
+        (pair_ids[i], *path_reject[path]) for i, path in enumerate(pair_paths) if path in path_reject
+    )
+    seconds = time.perf_counter() - started
+    stats = {
+        "n_pairs": len(pair_ids),
+        "n_distinct_images": len(distinct_paths),
+        "n_kept_pairs": len(kept_positions),
+        "n_rejected_pairs": len(rejects),
+        "n_rejected_images": len(path_reject),
+        "rejects_by_reason": reject_counts(rejects),
+        "n_placeholder_images": len(placeholder_hashes),
+        "placeholder_paths": sum(len(paths) for paths in placeholder_hashes.values()),
+        "image_size": image_size,
+        "cache_bytes": len(kept_positions) * image_size * image_size * 3,
+        "seconds": round(seconds, 3),
+        "images_per_second": round(len(distinct_paths) / seconds, 1) if seconds > 0 else None,
+    }
+    return ImageCacheResult([pair_ids[i] for i in kept_positions], rejects, stats)
+
+
+def load_image_cache(path: str | Path) -> np.ndarray:
+    """The cache as a read-only memory map, uint8 [N, S, S, 3]."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no image cache at {path}; build it with build_image_cache")
+    cache = np.load(path, mmap_mode="r")
+    if cache.dtype != np.uint8 or cache.ndim != 4 or cache.shape[3] != 3 or cache.shape[1] != cache.shape[2]:
+        raise ValueError(
+            f"{path} holds {cache.dtype} {cache.shape}, not an image cache uint8 [N, S, S, 3]; rebuild it"
+        )
+    return cache

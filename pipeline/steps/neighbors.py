@@ -1,0 +1,85 @@
+"""k-nearest-neighbour tables over train items with Annoy (the Ψ of Eq. 5), and their recall against exact
+search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from annoy import AnnoyIndex
+
+ANNOY_METRIC = "angular"  # cosine distance: Doc2Vec and CNN features are compared by direction
+
+
+@dataclass
+class NeighborTable:
+    neighbors: np.ndarray  # int32 [N, k]: row i -> rows of its k nearest other rows, nearest first
+    settings: dict
+
+
+def build_annoy_index(vectors: np.ndarray, n_trees: int, seed: int) -> AnnoyIndex:
+    index = AnnoyIndex(vectors.shape[1], ANNOY_METRIC)
+    index.set_seed(seed)
+    for row, vector in enumerate(vectors):
+        index.add_item(row, vector)
+    index.build(n_trees, n_jobs=1)
+    return index
+
+
+def annoy_neighbor_table(
+    vectors: np.ndarray, k: int, n_trees: int, search_k: int = -1, seed: int = 0, save_to: Path | None = None
+) -> NeighborTable:
+    """For each row, its ``k`` nearest other rows (itself excluded), by Annoy.
+
+    ``k`` is capped at N-1; rows Annoy returns fewer than k results for are completed by exact search, so
+    the table is always full.
+    """
+    vectors = np.asarray(vectors, dtype=np.float32)
+    n = len(vectors)
+    if n < 2:
+        raise ValueError(f"need at least 2 items to build a neighbour table, got {n}")
+    k_used = min(k, n - 1)
+    index = build_annoy_index(vectors, n_trees, seed)
+    table = np.empty((n, k_used), dtype=np.int32)
+    incomplete = 0
+    for row in range(n):
+        found = [j for j in index.get_nns_by_item(row, k_used + 1, search_k=search_k) if j != row][:k_used]
+        if len(found) < k_used:
+            incomplete += 1
+            found = exact_neighbors(vectors, np.array([row]), k_used)[0].tolist()
+        table[row] = found
+    if save_to is not None:
+        index.save(str(save_to))
+    settings = {
+        "dim": int(vectors.shape[1]),
+        "metric": ANNOY_METRIC,
+        "n_trees": n_trees,
+        "search_k": search_k,
+        "k_requested": k,
+        "k": k_used,
+        "n_items": n,
+        "rows_completed_exactly": incomplete,
+        "seed": seed,
+    }
+    return NeighborTable(table, settings)
+
+
+def exact_neighbors(vectors: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """Exact cosine k-NN of ``rows`` among all rows (self excluded; ties by lower index)."""
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    similarity = unit[rows] @ unit.T
+    similarity[np.arange(len(rows)), rows] = -np.inf
+    order = np.argsort(-similarity, axis=1, kind="stable")
+    return order[:, :k]
+
+
+def recall_against_exact(vectors: np.ndarray, table: np.ndarray, n_queries: int, seed: int = 0) -> dict:
+    """Recall@k of the Annoy table against exact search on a random sample of rows."""
+    n, k = table.shape
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(n, size=min(n_queries, n), replace=False))
+    exact = exact_neighbors(np.asarray(vectors, dtype=np.float32), rows, k)
+    overlap = [len(set(table[r]) & set(e)) / k for r, e in zip(rows, exact, strict=True)]
+    return {"recall_at_k": float(np.mean(overlap)), "k": k, "n_queries": len(rows)}

@@ -1,0 +1,43 @@
+"""Word embeddings learned on the target dataset's train texts, to initialise the GRU (paper §3.3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from gensim.models import Word2Vec
+
+from pipeline.profiles import WordVectorSettings
+from pipeline.steps.text import UNK, stable_string_hash
+
+
+def train_word_vectors(
+    train_tokens: Sequence[list[str]], settings: WordVectorSettings, seed: int
+) -> tuple[dict[str, int], np.ndarray]:
+    """Word2Vec (CBOW) on train texts only -> (vocab word->row, matrix [V, dim]).
+
+    Row 0 is padding (zeros), row 1 the unknown word (mean of all vectors); the vocabulary is the Word2Vec
+    vocabulary, most frequent first, capped at ``max_vocab``.
+    """
+    if not train_tokens:
+        raise ValueError("no train texts to learn word vectors from")
+    model = Word2Vec(
+        sentences=[list(tokens) for tokens in train_tokens],
+        vector_size=settings.vector_size,
+        window=settings.window,
+        min_count=settings.min_count,
+        epochs=settings.epochs,
+        seed=seed,
+        workers=1,
+        hashfxn=stable_string_hash,
+        max_final_vocab=settings.max_vocab,
+    )
+    words = list(model.wv.index_to_key)
+    if not words:
+        raise ValueError(f"no word occurs {settings.min_count}+ times in the train texts; lower min_count")
+    learned = np.asarray(model.wv.vectors, dtype=np.float32)
+    matrix = np.zeros((len(words) + 2, settings.vector_size), dtype=np.float32)
+    matrix[UNK] = learned.mean(axis=0)
+    matrix[2:] = learned
+    vocab = {word: row + 2 for row, word in enumerate(words)}
+    return vocab, matrix

@@ -1,0 +1,1 @@
+"""Luigi tasks: thin wrappers over pipeline.steps, models and evaluation."""

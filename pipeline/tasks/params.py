@@ -1,0 +1,24 @@
+"""Parameters shared by every task that depends on the dataset (passed down with ``Task.clone``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import luigi
+from luigi.freezing import recursively_unfreeze
+
+
+class DatasetParams:
+    dataset = luigi.Parameter(default="embedded", description="recipe name (data_recipes/)")
+    raw_dir = luigi.Parameter(
+        default="", description="folder with the raw dataset files (unused by embedded)"
+    )
+    dataset_options = luigi.DictParameter(default={}, description='recipe options, e.g. {"n_pairs": 2000}')
+    data_seed = luigi.IntParameter(default=0, description="seed of data generation, Doc2Vec, Annoy, features")
+
+    def recipe_options(self) -> dict[str, Any]:
+        options = dict(self.settings.dataset_options) if self.dataset == "embedded" else {}
+        options.update(recursively_unfreeze(self.dataset_options))
+        if self.dataset == "embedded":
+            options.setdefault("seed", self.data_seed)
+        return options

@@ -1,0 +1,80 @@
+"""Method variants of the comparison grid, as data: which model, which losses (by registry name, with
+parameters) and where the semantic neighbours i' of Eq. 5 come from.
+
+A user adds a variant by adding an entry here (or passes ``--variant-overrides`` to change a loss
+parameter of an existing one for an ablation).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    label: str
+    losses: tuple[LossSpec, ...]
+    model: str = "vse"
+    #: "text" (Doc2Vec neighbours, the paper's method), "image" (CNN-feature neighbours) or None
+    neighbor_source: str | None = None
+    model_options: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "model": self.model,
+            "model_options": dict(self.model_options),
+            "neighbor_source": self.neighbor_source,
+            "losses": [{"name": spec.name, "params": dict(spec.params)} for spec in self.losses],
+        }
+
+
+ANGULAR = LossSpec("angular", {"form": "smooth", "alpha_degrees": 45.0, "symmetric": True})
+WITHIN_ANGULAR = LossSpec("within_modality", {"form": "angular", "alpha": 0.2, "beta": 0.3})
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("ang_np_sym", "Ang+NP+Sym", (ANGULAR,)),
+        Variant("ours", "Ours", (ANGULAR, WITHIN_ANGULAR), neighbor_source="text"),
+        Variant("ours_img_nns", "Ours (Img NNs)", (ANGULAR, WITHIN_ANGULAR), neighbor_source="image"),
+    )
+}
+
+DEFAULT_VARIANTS = ("ang_np_sym", "ours_img_nns", "ours")
+
+
+def resolve_variant(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The variant as a plain dict, with ``overrides`` applied.
+
+    ``overrides`` maps a loss name to parameters to change, e.g. ``{"within_modality": {"alpha": 0.5}}``,
+    or ``"neighbor_source"`` / ``"model_options"`` to their new values.
+    """
+    if name not in VARIANTS:
+        raise KeyError(f"unknown variant {name!r}; available: {sorted(VARIANTS)}")
+    spec = copy.deepcopy(VARIANTS[name].as_dict())
+    for key, value in (overrides or {}).items():
+        if key in ("neighbor_source", "label"):
+            spec[key] = value
+        elif key == "model_options":
+            spec["model_options"].update(value)
+        else:
+            matching = [loss for loss in spec["losses"] if loss["name"] == key]
+            if not matching:
+                raise KeyError(
+                    f"override for {key!r} does not match variant {name!r}: its losses are "
+                    f"{[loss['name'] for loss in spec['losses']]}"
+                )
+            for loss in matching:
+                loss["params"].update(dict(value))
+    return spec
