@@ -1,7 +1,7 @@
 """Forward+backward time of every registered loss at batch 64, 256 and 1024 (D=256, CPU), next to the
 pytorch-metric-learning equivalent where one exists, measured in the same run.
 
-    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/bench_losses.py [--repeats 7] [--batches 64 256 1024]
+    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/bench_losses.py [--repeats 7] [--batches 64 256]
 
 Each loss is built with its default parameters and given the first keyword batch it accepts: plain pairs
 (every row its own group, one sampled neighbour per row) or grouped pairs (five captions per image, the

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from data_recipes.embedded import DEFAULT_N_PAIRS, build, words
+from data_recipes.embedded import DEFAULT_N_PAIRS, TOPIC_MOTIFS, build, words
 from data_recipes.manifest import RecipeResult
 
 GROUND_TRUTH_COLUMNS = ("pair_id", "topic", "kind", "motif")
@@ -67,6 +67,16 @@ def motif_rule_accuracy(
     }
     predictions = np.array([rule.get(motif, fallback) for motif in test_motifs])
     return float(np.mean(predictions == test_labels))
+
+
+def motif_rule_ceiling() -> float:
+    """Expected accuracy of the best motif -> topic rule under the generator's design, topics equally likely:
+    the mean over topics of P(motif | topic) for the motifs whose most likely topic it is."""
+    best: dict[str, float] = {}
+    for motifs in TOPIC_MOTIFS.values():
+        for motif, weight in motifs:
+            best[motif] = max(best.get(motif, 0.0), weight / sum(w for _, w in motifs))
+    return sum(best.values()) / len(TOPIC_MOTIFS)
 
 
 def _softmax_regression(features: np.ndarray, labels: np.ndarray, n_classes: int, l2: float) -> np.ndarray:
@@ -129,7 +139,8 @@ def topic_guessability(
 ) -> dict[str, float | int]:
     """Held-out topic accuracy from text, from the image motif alone and from image pixels, with chance.
 
-    Returns ``text_naive_bayes``, ``image_motif_rule``, ``image_pixels_logistic``, ``chance_uniform``
+    Returns ``text_naive_bayes``, ``image_motif_rule``, ``image_motif_rule_ceiling`` (the rule's expected
+    accuracy from the design, :func:`motif_rule_ceiling`), ``image_pixels_logistic``, ``chance_uniform``
     (1 / number of topics), ``chance_majority`` (always guessing the most frequent training topic),
     ``n_topics``, ``n_train`` and ``n_test``.
     """
@@ -159,6 +170,7 @@ def topic_guessability(
             [texts[i] for i in train], topics[train], [texts[i] for i in test], topics[test]
         ),
         "image_motif_rule": motif_rule_accuracy(motifs[train], topics[train], motifs[test], topics[test]),
+        "image_motif_rule_ceiling": motif_rule_ceiling(),
         "image_pixels_logistic": pixel_logistic_accuracy(
             pixels[train], topics[train], pixels[test], topics[test]
         ),

@@ -264,8 +264,9 @@ def load_image_rgb(
         if "truncated" in str(error):
             raise ImageRejected("truncated_image", str(error)) from error
         raise ImageRejected("unreadable_image", f"{type(error).__name__}: {error}") from error
-    except (ValueError, SyntaxError, EOFError, MemoryError, KeyError, IndexError, TypeError) as error:
-        # PIL's plugins signal corrupt headers and data with these exception types.
+    except Exception as error:
+        # PIL's plugins signal corrupt data with many exception types (ValueError, SyntaxError,
+        # EOFError, struct.error, zlib.error, ...); one odd file must not stop a large build.
         raise ImageRejected("unreadable_image", f"{type(error).__name__}: {error}") from error
 
 

@@ -1,19 +1,35 @@
-"""The run report: Table-1 and Table-3 style comparisons, significance against the baseline, dataset,
-dedup and neighbour-table statistics, and run metadata — as Markdown, HTML and JSON from one model.
+"""The run report: Thomas & Kovashka's Tables 1, 3 and 4 and Figs. 5–6, full-ranking retrieval (Bleeker &
+de Rijke §3), PR curve, PR-AUC and score distributions (Veit & Wilber §4.3, §4.5), COCOS (Bleeker & de Rijke
+§4–5), significance against the baseline, dataset, dedup and neighbour-table statistics, and run metadata —
+as Markdown, HTML and JSON from one model, with PNG figures beside them.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from evaluation.document import Document
+from evaluation.document import Document, GalleryItem
 from evaluation.metrics import mean_std, paired_bootstrap
+from evaluation.plots import plot_pr_curves, plot_proximity_ratios, plot_score_distributions
 
 BASELINE_VARIANT = "ang_np_sym"
+OURS_VARIANT = "ours"
+#: Table 4 of Thomas & Kovashka: the full method and the ablations that drop one within-modality loss
+ABLATION_ROWS = (
+    ("ours", "Ours"),
+    ("ours_minus_text", "Ours − L_text"),
+    ("ours_minus_img", "Ours − L_img"),
+)
+FIGURES_DIR = "figures"
+PR_CURVE_PNG = "pr_curve.png"
+SCORE_DISTRIBUTION_PNG = "score_distribution.png"
+PROXIMITY_PNG = "proximity_ratios.png"
 
 
 @dataclass
@@ -26,6 +42,35 @@ class VariantRun:
     metrics: dict[str, Any]
     training: dict[str, Any]
     hits: dict[str, np.ndarray]  # "i2t_hits"/"t2i_hits": [redraws, n_queries] 0/1
+    #: Evaluate's curves.npz: "pr_precision", "pr_recall", "score_bin_centres", "score_counts", ...
+    curves: dict[str, np.ndarray] = field(default_factory=dict)
+    #: registry names of the variant's losses, e.g. ["angular", "within_modality"]
+    loss_names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ShownItem:
+    """How a test pair is shown in the galleries: a text snippet and its image thumbnail (report-relative)."""
+
+    text: str
+    thumbnail: str | None = None
+
+
+@dataclass
+class Qualitative:
+    """Figs. 5 and 6 of Thomas & Kovashka for one seed: our model against the baseline.
+
+    ``proximity`` is :func:`evaluation.gallery.proximity_study` output, ``examples`` is
+    :func:`evaluation.gallery.retrieval_examples` output; both name test positions, which ``items`` maps
+    to what is shown.
+    """
+
+    seed: int
+    ours_label: str
+    baseline_label: str
+    items: dict[int, ShownItem]
+    proximity: dict[str, Any] | None = None
+    examples: dict[str, list[dict[str, Any]]] | None = None
 
 
 @dataclass
@@ -38,12 +83,33 @@ class ReportInputs:
     neighbor_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     tasks: list[dict[str, Any]] = field(default_factory=list)
     run_info: dict[str, Any] = field(default_factory=dict)
+    #: one entry per (variant, seed): {"variant", "label", "seed", "eps", "batch_size", "losses": {...}}
+    cocos: list[dict[str, Any]] = field(default_factory=list)
+    qualitative: Qualitative | None = None
 
 
-def _fmt(summary: dict[str, float]) -> str:
+def _fmt(summary: dict[str, float], digits: int = 4) -> str:
     if summary["n"] > 1:
-        return f"{summary['mean']:.4f} ± {summary['std']:.4f}"
-    return f"{summary['mean']:.4f}"
+        return f"{summary['mean']:.{digits}f} ± {summary['std']:.{digits}f}"
+    return f"{summary['mean']:.{digits}f}"
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def _number(value: float, digits: int = 4) -> str:
+    return f"{value:.{digits}f}" if np.isfinite(value) else "n/a"
+
+
+def _direction(name: str) -> str:
+    return name.upper().replace("2", "→")
+
+
+def _full_ranking_summary(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """mean ± std over seeds of every number of a full-ranking result."""
+    keys = [key for key, value in results[0].items() if isinstance(value, (int, float))]
+    return {key: mean_std([r[key] for r in results]) for key in keys}
 
 
 def summarise_variants(runs: list[VariantRun]) -> dict[str, dict[str, Any]]:
@@ -56,6 +122,7 @@ def summarise_variants(runs: list[VariantRun]) -> dict[str, dict[str, Any]]:
         m = [r.metrics for r in variant_runs]
         entry: dict[str, Any] = {
             "label": variant_runs[0].label,
+            "losses": "+".join(variant_runs[0].loss_names),
             "seeds": [r.seed for r in variant_runs],
             "i2t": mean_std([x["retrieval"]["i2t"] for x in m]),
             "t2i": mean_std([x["retrieval"]["t2i"] for x in m]),
@@ -73,6 +140,17 @@ def summarise_variants(runs: list[VariantRun]) -> dict[str, dict[str, Any]]:
             entry["topic_i2t"] = mean_std([x["topic_precision"]["i2t"] for x in m])
             entry["topic_t2i"] = mean_std([x["topic_precision"]["t2i"] for x in m])
             entry["topic_k"] = m[0]["topic_precision"]["k"]
+        if all("full_ranking" in x for x in m):
+            entry["full_ranking_protocol"] = m[0]["full_ranking"]["protocol"]
+            entry["full_ranking"] = _full_ranking_summary([x["full_ranking"]["all"] for x in m])
+            if all("folds_1k" in x["full_ranking"] for x in m):
+                entry["full_ranking_1k"] = _full_ranking_summary(
+                    [x["full_ranking"]["folds_1k"]["mean"] for x in m]
+                )
+                entry["full_ranking_1k_folds"] = m[0]["full_ranking"]["folds_1k"]["n_folds"]
+        if all("pr" in x for x in m):
+            entry["pr_auc"] = mean_std([x["pr"]["pr_auc"] for x in m])
+            entry["pr_pairs"] = m[0]["pr"]["n_pairs"]
         epoch_seconds = [r.training.get("mean_epoch_seconds") for r in variant_runs]
         entry["mean_epoch_seconds"] = float(np.mean([s for s in epoch_seconds if s is not None] or [np.nan]))
         entry["best_epochs"] = [r.training.get("best_epoch") for r in variant_runs]
@@ -103,16 +181,19 @@ def significance_against_baseline(runs: list[VariantRun], baseline: str = BASELI
     return out
 
 
-def build_report(inputs: ReportInputs) -> tuple[Document, dict[str, Any]]:
-    summary = summarise_variants(inputs.runs)
-    significance = significance_against_baseline(inputs.runs)
-    doc = Document(inputs.title)
-    info = inputs.run_info
-    doc.paragraph(
-        f"Dataset `{info.get('dataset')}`, profile `{info.get('profile')}`, seeds {info.get('seeds')}, "
-        f"device {info.get('device', 'cpu')}. Cells are mean ± std over seeds where more than one seed ran."
-    )
+def _first_seed_runs(runs: list[VariantRun], needed: tuple[str, ...]) -> dict[str, VariantRun]:
+    """Per variant, its run with the lowest seed among runs that carry every array in ``needed``."""
+    chosen: dict[str, VariantRun] = {}
+    for run in sorted(runs, key=lambda r: r.seed):
+        if run.variant not in chosen and all(key in run.curves for key in needed):
+            chosen[run.variant] = run
+    return chosen
 
+
+# ------------------------------------------------------------------------------------------ sections
+
+
+def _table_1(doc: Document, summary: dict[str, dict[str, Any]], significance: dict[str, Any]) -> None:
     first = next(iter(summary.values()), None)
     doc.heading("Table 1 — cross-modal retrieval (n-way Recall@1)")
     if first:
@@ -145,7 +226,7 @@ def build_report(inputs: ReportInputs) -> tuple[Document, dict[str, Any]]:
                 rows.append(
                     [
                         summary[variant]["label"],
-                        direction.upper().replace("2", "→"),
+                        _direction(direction),
                         f"{result['mean_difference']:+.4f}",
                         f"[{result['ci_low']:+.4f}, {result['ci_high']:+.4f}]",
                         f"{result['p_value']:.4f}",
@@ -157,12 +238,148 @@ def build_report(inputs: ReportInputs) -> tuple[Document, dict[str, Any]]:
             caption="10,000 paired resamples of test queries; per-query hits averaged over redraws and seeds.",
         )
 
+
+def _recall_ks(metrics: dict[str, Any]) -> list[int]:
+    return sorted(int(m.group(1)) for key in metrics if (m := re.fullmatch(r"i2t_r@(\d+)", key)))
+
+
+def _map_key(metrics: dict[str, Any]) -> str:
+    return next(key[len("i2t_") :] for key in metrics if key.startswith("i2t_map@"))
+
+
+def _full_ranking_rows(
+    summary: dict[str, dict[str, Any]], field_name: str
+) -> tuple[list[str], list[list[str]]]:
+    first = next(s[field_name] for s in summary.values() if field_name in s)
+    ks, map_key = _recall_ks(first), _map_key(first)
+    headers = [
+        "Method",
+        "Direction",
+        *[f"R@{k}" for k in ks],
+        "medR",
+        "meanR",
+        f"mAP@{map_key.split('@')[1]}",
+    ]
+    rows = []
+    for s in summary.values():
+        if field_name not in s:
+            continue
+        values = s[field_name]
+        for direction in ("i2t", "t2i"):
+            rows.append(
+                [
+                    s["label"],
+                    _direction(direction),
+                    *[_fmt(values[f"{direction}_r@{k}"]) for k in ks],
+                    _fmt(values[f"{direction}_medr"], 1),
+                    _fmt(values[f"{direction}_meanr"], 1),
+                    _fmt(values[f"{direction}_{map_key}"]),
+                ]
+            )
+    return headers, rows
+
+
+def _full_ranking(doc: Document, summary: dict[str, dict[str, Any]]) -> None:
+    ranked = [s for s in summary.values() if "full_ranking" in s]
+    if not ranked:
+        return
+    first = ranked[0]
+    doc.heading("Full-ranking retrieval (Recall@K, median / mean rank, mAP@k)")
+    headers, rows = _full_ranking_rows(summary, "full_ranking")
+    protocol = {
+        "pairs": "every test pair is one image and one text",
+        "captions_per_image": "pairs of one group share one image, so an image query is right when any of its "
+        "captions ranks high",
+        "images_per_text": "pairs of one group share one text, so a text query is right when any of its images "
+        "ranks high",
+    }[first["full_ranking_protocol"]]
+    doc.table(
+        headers,
+        rows,
+        caption=(
+            f"Each query ranked against the whole test gallery ({first['full_ranking']['n_images']['mean']:.0f} "
+            f"images, {first['full_ranking']['n_texts']['mean']:.0f} texts); {protocol}. R@K and mAP are "
+            "fractions; ranks are 1-based, and a negative tying a positive ranks above it."
+        ),
+    )
+    if any("full_ranking_1k" in s for s in summary.values()):
+        headers, rows = _full_ranking_rows(summary, "full_ranking_1k")
+        folds = next(s["full_ranking_1k_folds"] for s in summary.values() if "full_ranking_1k" in s)
+        doc.table(headers, rows, caption=f"1K protocol: mean over {folds} folds of 1000 test images each.")
+
+
+def _calibration(
+    doc: Document, inputs: ReportInputs, summary: dict[str, Any], figure_dir: Path | None
+) -> dict:
+    """PR-AUC table, PR curve and score-distribution figures; returns what the figures plot, for the JSON."""
+    with_pr = [s for s in summary.values() if "pr_auc" in s]
+    if not with_pr:
+        return {}
+    doc.heading("Global calibration — PR curve, PR-AUC and score distributions")
+    doc.table(
+        ["Method", "PR-AUC"],
+        [[s["label"], _fmt(s["pr_auc"])] for s in with_pr],
+        caption=(
+            f"Average precision over all {with_pr[0]['pr_pairs']}² test image-text scores ranked together "
+            "(Veit & Wilber §4.3): positives are the paired (same-group) scores; no interpolation."
+        ),
+    )
+    figures: dict[str, Any] = {}
+    pr_runs = _first_seed_runs(inputs.runs, ("pr_recall", "pr_precision"))
+    if pr_runs:
+        curves = {
+            run.label: {
+                "recall": run.curves["pr_recall"],
+                "precision": run.curves["pr_precision"],
+                "pr_auc": run.metrics["pr"]["pr_auc"],
+                "seed": run.seed,
+            }
+            for run in pr_runs.values()
+        }
+        figures["pr_curve"] = {"curves": curves}
+        if figure_dir is not None:
+            plot_pr_curves(curves, figure_dir / PR_CURVE_PNG)
+            figures["pr_curve"]["file"] = f"{FIGURES_DIR}/{PR_CURVE_PNG}"
+            doc.image(
+                f"{FIGURES_DIR}/{PR_CURVE_PNG}",
+                "Global precision-recall curves (lowest seed of each method); legend: PR-AUC.",
+            )
+    score_runs = _first_seed_runs(inputs.runs, ("score_bin_centres", "score_counts", "score_p5", "score_p95"))
+    if score_runs:
+        distributions = {
+            run.label: {key: run.curves[f"score_{key}"] for key in ("bin_centres", "counts", "p5", "p95")}
+            for run in score_runs.values()
+        }
+        figures["score_distribution"] = {
+            "per_method": {
+                label: {
+                    "bin_centres": d["bin_centres"],
+                    "p5": d["p5"],
+                    "p95": d["p95"],
+                    "n_queries": int(len(d["counts"])),
+                }
+                for label, d in distributions.items()
+            },
+        }
+        if figure_dir is not None:
+            plot_score_distributions(distributions, figure_dir / SCORE_DISTRIBUTION_PNG)
+            figures["score_distribution"]["file"] = f"{FIGURES_DIR}/{SCORE_DISTRIBUTION_PNG}"
+            doc.image(
+                f"{FIGURES_DIR}/{SCORE_DISTRIBUTION_PNG}",
+                "Score distributions (Veit & Wilber Fig. 4 right): per sampled text query (blue), the number of "
+                "test images at each cosine similarity; orange: 5th and 95th percentile over queries.",
+            )
+    return figures
+
+
+def _table_3(doc: Document, summary: dict[str, dict[str, Any]]) -> None:
+    first = next(iter(summary.values()), None)
     doc.heading("Table 3 — neighbour preservation")
     if first:
         doc.table(
-            ["Method", "Image", "Text"],
+            ["Method", "Image", "Text", "losses"],
             [
-                [s["label"], _fmt(s["preservation_image"]), _fmt(s["preservation_text"])]
+                [s["label"], _fmt(s["preservation_image"]), _fmt(s["preservation_text"]), s["losses"]]
                 for s in summary.values()
             ],
             caption=(
@@ -171,15 +388,245 @@ def build_report(inputs: ReportInputs) -> tuple[Document, dict[str, Any]]:
                 f"the learned space (requested k = {first['preservation_k_requested']}, capped at n_test − 1)."
             ),
         )
-    if first and "topic_i2t" in first:
-        doc.heading("Topic precision (ground-truth topics of the embedded dataset)")
-        doc.table(
-            ["Method", f"I→T P@{first['topic_k']}", f"T→I P@{first['topic_k']}"],
-            [[s["label"], _fmt(s["topic_i2t"]), _fmt(s["topic_t2i"])] for s in summary.values()],
-            caption="Share of the top-k cross-modal results that share the query's topic: a plausible but "
-            "technically incorrect retrieval still counts here.",
-        )
 
+
+def ablation_rows(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Table 4 of Thomas & Kovashka: the full method and whichever one-loss ablations ran (else empty)."""
+    if not any(variant in summary for variant, _ in ABLATION_ROWS[1:]):
+        return []
+    full = summary.get(ABLATION_ROWS[0][0])
+    rows = []
+    for variant, label in ABLATION_ROWS:
+        if variant not in summary:
+            continue
+        s = summary[variant]
+        row = {"variant": variant, "label": label, "i2t": s["i2t"], "t2i": s["t2i"]}
+        if full is not None and variant != ABLATION_ROWS[0][0]:
+            row["delta_i2t"] = s["i2t"]["mean"] - full["i2t"]["mean"]
+            row["delta_t2i"] = s["t2i"]["mean"] - full["t2i"]["mean"]
+        rows.append(row)
+    return rows
+
+
+def _table_4(doc: Document, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    doc.heading("Table 4 — ablation of the within-modality losses")
+    doc.table(
+        ["Method", "I→T", "T→I", "Δ I→T vs Ours", "Δ T→I vs Ours"],
+        [
+            [
+                r["label"],
+                _fmt(r["i2t"]),
+                _fmt(r["t2i"]),
+                f"{r['delta_i2t']:+.4f}" if "delta_i2t" in r else "",
+                f"{r['delta_t2i']:+.4f}" if "delta_t2i" in r else "",
+            ]
+            for r in rows
+        ],
+        caption="n-way Recall@1 as in Table 1; L_text / L_img are the text-text and image-image terms of the "
+        "within-modality loss (Eq. 5–6).",
+    )
+
+
+def _shown(
+    items: dict[int, ShownItem], position: int, image: bool, text: bool, note: str = "", **kw
+) -> GalleryItem:
+    item = items.get(position, ShownItem(text=f"test pair {position}"))
+    return GalleryItem(
+        text=item.text if text else "", image=item.thumbnail if image else None, note=note, **kw
+    )
+
+
+def _proximity(doc: Document, q: Qualitative, figure_dir: Path | None) -> dict[str, Any]:
+    study = q.proximity
+    doc.heading("Fig. 5 — semantic proximity: pairs our model keeps closest relative to the baseline")
+    if study is None:
+        doc.paragraph("Not computed: the test split is too small for Doc2Vec neighbour pairs.")
+        return {}
+    doc.paragraph(
+        f"{study['n_pairs']} distinct Doc2Vec-neighbour pairs among test items (each item's {study['k']} exact "
+        f"nearest test items in Doc2Vec space, sampled with a fixed seed) and, for each, the ratio of its "
+        f"distance under {q.ours_label} to that under {q.baseline_label} (seed {q.seed}): image–image pairs "
+        "with the image embeddings, text–text pairs with the text embeddings. A ratio below 1 means our "
+        "model keeps the pair closer."
+    )
+    doc.table(
+        ["Pairs", "pairs", "median ratio", "share with ratio < 1"],
+        [
+            [
+                f"{m}–{m}",
+                str(study[m]["n_finite"]),
+                _number(study[m]["median_ratio"]),
+                _number(study[m]["share_closer"]),
+            ]
+            for m in ("image", "text")
+        ],
+    )
+    payload = {
+        "k": study["k"],
+        "n_pairs": study["n_pairs"],
+        "pairs": study["pairs"],
+        **{
+            m: {
+                # JSON has no inf / nan: a pair at distance 0 under the baseline is written as null
+                "ratios": [float(r) if np.isfinite(r) else None for r in study[m]["ratios"]],
+                "n_finite": study[m]["n_finite"],
+                "median_ratio": _finite_or_none(study[m]["median_ratio"]),
+                "share_closer": _finite_or_none(study[m]["share_closer"]),
+                "smallest": [(a, b, _finite_or_none(r)) for a, b, r in study[m]["smallest"]],
+            }
+            for m in ("image", "text")
+        },
+    }
+    if figure_dir is not None:
+        plot_proximity_ratios({m: study[m]["ratios"] for m in ("image", "text")}, figure_dir / PROXIMITY_PNG)
+        doc.image(
+            f"{FIGURES_DIR}/{PROXIMITY_PNG}", "Distribution of log2 proximity ratios over the sampled pairs."
+        )
+        payload["file"] = f"{FIGURES_DIR}/{PROXIMITY_PNG}"
+    for modality in ("image", "text"):
+        rows = []
+        for rank, (a, b, ratio) in enumerate(study[modality]["smallest"], start=1):
+            is_image = modality == "image"
+            rows.append(
+                [
+                    [GalleryItem(text=str(rank))],
+                    [_shown(q.items, a, is_image, not is_image, note=f"test pair {a}")],
+                    [_shown(q.items, b, is_image, not is_image, note=f"test pair {b}")],
+                    [GalleryItem(text=_number(ratio))],
+                ]
+            )
+        doc.gallery(
+            ["#", "s1", "s2", "d_ours / d_baseline"],
+            rows,
+            caption=f"{modality.capitalize()}–{modality} pairs with the smallest ratios (uncurated).",
+        )
+    return payload
+
+
+def _examples(doc: Document, q: Qualitative) -> None:
+    if not q.examples:
+        return
+    doc.heading("Fig. 6 — retrieval examples: top results of Ours and of the baseline")
+    doc.paragraph(
+        f"Queries drawn at random with a fixed seed (uncurated), seed-{q.seed} models. ✓ and a green frame "
+        "mark the query's own pair; each result shows its rank and cosine similarity."
+    )
+    for direction, query_is_image in (("i2t", True), ("t2i", False)):
+        rows = []
+        for example in q.examples.get(direction, []):
+            query = _shown(q.items, example["query"], query_is_image, not query_is_image, note="query")
+            cells = [[query]]
+            for model in ("ours", "baseline"):
+                cells.append(
+                    [
+                        _shown(
+                            q.items,
+                            position,
+                            not query_is_image,
+                            query_is_image,
+                            note=f"#{rank} · {score:.3f}",
+                            marked=correct,
+                        )
+                        for rank, (position, score, correct) in enumerate(example[model], start=1)
+                    ]
+                )
+            rows.append(cells)
+        if rows:
+            name = "Image → text" if query_is_image else "Text → image"
+            doc.subheading(name)
+            doc.gallery(["Query", q.ours_label, q.baseline_label], rows)
+
+
+#: COCOS quantities (Bleeker & de Rijke §4) by the suffix of a loss's diagnostic key, and the statistic shown
+COCOS_COLUMNS = (
+    ("contributing_negatives", "C^q", "per_query"),
+    ("contributing_triplets", "C^q", "per_query"),
+    ("contributing_negatives", "C^B", "per_batch_sum"),
+    ("contributing_triplets", "C^B", "per_batch_sum"),
+    ("no_gradient", "C^0", "per_batch_sum"),
+    ("negative_weight", "W^q−", "per_query"),
+    ("positive_weight", "W^q+", "per_query"),
+)
+
+
+def cocos_rows(cocos: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """One row per (run, loss, direction) — e.g. ``image_to_text`` — with the COCOS quantities it reports.
+
+    Returns the quantity names that occur (column order) and rows ``{"label", "seed", "loss", "direction",
+    "values": {quantity: {"mean", "std"}}, "n_batches", "other_keys"}``; keys of unknown form are listed
+    in ``other_keys`` (their numbers stay in the JSON).
+    """
+    suffixes = sorted({suffix for suffix, _, _ in COCOS_COLUMNS}, key=len, reverse=True)
+    rows: list[dict[str, Any]] = []
+    for entry in cocos:
+        for loss, keys in entry["losses"].items():
+            by_direction: dict[str, dict[str, Any]] = {}
+            for key, stats in keys.items():
+                suffix = next((x for x in suffixes if key.endswith("_" + x)), None)
+                direction = key[: -len(suffix) - 1] if suffix else ""
+                row = by_direction.setdefault(
+                    direction,
+                    {
+                        "label": entry["label"],
+                        "seed": entry["seed"],
+                        "loss": loss,
+                        "direction": direction,
+                        "values": {},
+                        "n_batches": stats["n_batches"],
+                        "other_keys": [],
+                    },
+                )
+                if suffix is None:
+                    row["other_keys"].append(key)
+                    continue
+                for column_suffix, quantity, statistic in COCOS_COLUMNS:
+                    if column_suffix == suffix:
+                        row["values"][quantity] = {
+                            "mean": stats[f"{statistic}_mean"],
+                            "std": stats[f"{statistic}_std"],
+                        }
+            rows += [row for row in by_direction.values() if row["values"]]
+    present = {quantity for row in rows for quantity in row["values"]}
+    quantities = list(dict.fromkeys(q for _, q, _ in COCOS_COLUMNS if q in present))
+    return quantities, rows
+
+
+def _cocos(doc: Document, cocos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not cocos:
+        return []
+    quantities, rows = cocos_rows(cocos)
+    doc.heading("COCOS — candidates contributing to the gradient at the best checkpoint")
+    table = []
+    for row in rows:
+        cells = []
+        for quantity in quantities:
+            value = row["values"].get(quantity)
+            digits = 2 if quantity in ("C^B", "C^0") else 3
+            cells.append(f"{value['mean']:.{digits}f} ± {value['std']:.{digits}f}" if value else "")
+        table.append(
+            [row["label"], str(row["seed"]), row["loss"], row["direction"], *cells, str(row["n_batches"])]
+        )
+    eps = sorted({entry["eps"] for entry in cocos})
+    batch_sizes = sorted({entry["batch_size"] for entry in cocos})
+    others = sorted({key for row in rows for key in row["other_keys"]})
+    doc.table(
+        ["Method", "seed", "loss", "direction", *quantities, "batches"],
+        table,
+        caption=(
+            f"Bleeker & de Rijke §4–5: frozen best checkpoint, one pass over the training set in batches of "
+            f"{', '.join(map(str, batch_sizes))} (neighbours sampled as in training), eps = "
+            f"{', '.join(map(str, eps))}; mean ± sd over batches. C^q: candidates contributing to a query's "
+            "gradient; C^B: their sum over a batch; C^0: queries per batch with no gradient; W^q−, W^q+: "
+            "gradient weight of the contributing negatives and of the positive, per query."
+            + (f" Other diagnostics (in report.json): {', '.join(others)}." if others else "")
+        ),
+    )
+    return rows
+
+
+def _training_and_data(doc: Document, inputs: ReportInputs, summary: dict[str, dict[str, Any]]) -> None:
     doc.heading("Training")
     doc.table(
         ["Method", "mean epoch (s)", "seeds"],
@@ -236,6 +683,71 @@ def build_report(inputs: ReportInputs) -> tuple[Document, dict[str, Any]]:
             rows,
         )
 
+
+def _qualitative_payload(q: Qualitative, proximity: dict[str, Any]) -> dict[str, Any]:
+    shown = set()
+    if q.proximity:
+        for modality in ("image", "text"):
+            for a, b, _ in q.proximity[modality]["smallest"]:
+                shown |= {a, b}
+    for examples in (q.examples or {}).values():
+        for example in examples:
+            shown.add(example["query"])
+            for model in ("ours", "baseline"):
+                shown |= {position for position, _, _ in example[model]}
+    return {
+        "seed": q.seed,
+        "ours": q.ours_label,
+        "baseline": q.baseline_label,
+        "proximity": proximity,
+        "examples": q.examples or {},
+        "items": {
+            str(position): {"text": q.items[position].text, "thumbnail": q.items[position].thumbnail}
+            for position in sorted(shown)
+            if position in q.items
+        },
+    }
+
+
+def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[Document, dict[str, Any]]:
+    """The report document and its JSON payload (every number the document shows).
+
+    With ``output_dir``, figures are drawn as PNGs into ``output_dir/figures`` and referenced by relative
+    paths, so the Markdown and HTML written into ``output_dir`` show them; without it, no figure is drawn.
+    """
+    figure_dir = Path(output_dir) / FIGURES_DIR if output_dir is not None else None
+    summary = summarise_variants(inputs.runs)
+    significance = significance_against_baseline(inputs.runs)
+    doc = Document(inputs.title)
+    info = inputs.run_info
+    doc.paragraph(
+        f"Dataset `{info.get('dataset')}`, profile `{info.get('profile')}`, seeds {info.get('seeds')}, "
+        f"device {info.get('device', 'cpu')}. Cells are mean ± std over seeds where more than one seed ran."
+    )
+
+    _table_1(doc, summary, significance)
+    _full_ranking(doc, summary)
+    figures = _calibration(doc, inputs, summary, figure_dir)
+    _table_3(doc, summary)
+    ablation = ablation_rows(summary)
+    _table_4(doc, ablation)
+    first = next(iter(summary.values()), None)
+    if first and "topic_i2t" in first:
+        doc.heading("Topic precision (ground-truth topics of the embedded dataset)")
+        doc.table(
+            ["Method", f"I→T P@{first['topic_k']}", f"T→I P@{first['topic_k']}"],
+            [[s["label"], _fmt(s["topic_i2t"]), _fmt(s["topic_t2i"])] for s in summary.values()],
+            caption="Share of the top-k cross-modal results that share the query's topic: a plausible but "
+            "technically incorrect retrieval still counts here.",
+        )
+    qualitative = None
+    if inputs.qualitative is not None:
+        proximity = _proximity(doc, inputs.qualitative, figure_dir)
+        _examples(doc, inputs.qualitative)
+        qualitative = _qualitative_payload(inputs.qualitative, proximity)
+    cocos_table = _cocos(doc, inputs.cocos)
+    _training_and_data(doc, inputs, summary)
+
     doc.heading("Run metadata")
     if inputs.tasks:
         doc.table(
@@ -249,6 +761,11 @@ def build_report(inputs: ReportInputs) -> tuple[Document, dict[str, Any]]:
         "run": info,
         "variants": summary,
         "significance": significance,
+        "ablation": ablation,
+        "figures": figures,
+        "qualitative": qualitative,
+        "cocos": inputs.cocos,
+        "cocos_table": cocos_table,
         "per_run": [
             {"variant": r.variant, "seed": r.seed, "metrics": r.metrics, "training": r.training}
             for r in inputs.runs

@@ -75,6 +75,15 @@ def xavier_linear(in_features: int, out_features: int) -> nn.Linear:
     return layer
 
 
+def resize_batch(images: torch.Tensor, size: int) -> torch.Tensor:
+    """uint8 [B, H, W, 3] -> uint8 [B, size, size, 3] (no-op when the cache already has that size)."""
+    if images.shape[1] == size and images.shape[2] == size:
+        return images
+    as_float = images.permute(0, 3, 1, 2).float()
+    resized = F.interpolate(as_float, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return resized.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+
+
 class ImageEncoder(nn.Module):
     """ResNet trunk -> global average pool -> linear -> L2 norm."""
 

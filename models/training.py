@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,10 +20,12 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from models.batching import Batch, BatchSampler
+from models.encoders import resize_batch
+from models.files import atomic_path
 from models.losses import Loss
-from pipeline.io import atomic_path
-from pipeline.profiles import TrainSettings
-from pipeline.steps.features import resize_batch
+
+if TYPE_CHECKING:  # the pipeline's profile dataclass; models never import the pipeline at run time
+    from pipeline.profiles import TrainSettings
 
 LAST_CHECKPOINT = "checkpoint_last.pt"
 BEST_CHECKPOINT = "model_best.pt"
@@ -115,7 +118,7 @@ class Trainer:
         self.seed = seed
         self.work_dir = Path(work_dir)
         self.progress = progress
-        self.group_ids = torch.from_numpy(np.asarray(data.group_ids, dtype=np.int64))
+        self.group_ids = torch.from_numpy(np.array(data.group_ids, dtype=np.int64))
         self.sampler = BatchSampler(
             np.asarray(train_positions),
             settings.batch_size,

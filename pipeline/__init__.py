@@ -1,5 +1,6 @@
 """Luigi pipeline: ``luigi --module pipeline FullRun`` (see README)."""
 
+from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.report import FullRun, Report
@@ -7,6 +8,7 @@ from pipeline.tasks.representations import ImageFeatures, NeighborTables, TrainD
 from pipeline.tasks.training import Train
 
 __all__ = [
+    "Cocos",
     "Deduplicate",
     "Evaluate",
     "FullRun",

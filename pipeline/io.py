@@ -6,7 +6,6 @@ import json
 import os
 import platform
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata
@@ -15,6 +14,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from models.files import atomic_path
+
+__all__ = ["atomic_path", "atomic_directory", "write_json", "read_json", "save_array", "save_frame"]
 
 TRACKED_PACKAGES = (
     "torch",
@@ -37,22 +40,6 @@ def library_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[package] = "not installed"
     return versions
-
-
-@contextmanager
-def atomic_path(final: Path) -> Iterator[Path]:
-    """Yield a temporary path in the same folder; move it over ``final`` only if the block succeeds."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 @contextmanager

@@ -41,16 +41,63 @@ class Variant:
 
 ANGULAR = LossSpec("angular", {"form": "smooth", "alpha_degrees": 45.0, "symmetric": True})
 WITHIN_ANGULAR = LossSpec("within_modality", {"form": "angular", "alpha": 0.2, "beta": 0.3})
+TRIPLET = LossSpec(
+    "triplet", {"distance": "squared_l2", "negatives": "all", "margin": 0.2, "symmetric": True}
+)
+WITHIN_TRIPLET = LossSpec("within_modality", {"form": "triplet", "alpha": 0.3, "beta": 0.1, "margin": 0.2})
+PVSE = LossSpec("pvse_mil", {})
+
+
+def struc(space: str, group_source: str) -> LossSpec:
+    return LossSpec("struc", {"space": space, "group_source": group_source, "margin": 0.1, "weight": 1.0})
+
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
+        # Table 1, angular group (§4.2)
         Variant("ang_np_sym", "Ang+NP+Sym", (ANGULAR,)),
-        Variant("ours", "Ours", (ANGULAR, WITHIN_ANGULAR), neighbor_source="text"),
         Variant("ours_img_nns", "Ours (Img NNs)", (ANGULAR, WITHIN_ANGULAR), neighbor_source="image"),
+        Variant("ours", "Ours", (ANGULAR, WITHIN_ANGULAR), neighbor_source="text"),
+        # Table 1, PVSE backbone
+        Variant("pvse", "PVSE", (PVSE,), model="pvse"),
+        Variant(
+            "pvse_ours",
+            "PVSE+Ours",
+            (PVSE, LossSpec("pvse_within_modality", {})),
+            model="pvse",
+            neighbor_source="text",
+        ),
+        # Table 1, triplet group
+        Variant("trip_np_sym", "Trip+NP+Sym", (TRIPLET,)),
+        Variant("ours_trip", "Ours (Trip)", (TRIPLET, WITHIN_TRIPLET), neighbor_source="text"),
+        # Table 4 ablations: Eq. 8 without one of its within-modality terms
+        Variant(
+            "ours_minus_text",
+            "Ours − L_text",
+            (ANGULAR, LossSpec("within_modality", {"form": "angular", "alpha": 0.0, "beta": 0.3})),
+            neighbor_source="text",
+        ),
+        Variant(
+            "ours_minus_img",
+            "Ours − L_img",
+            (ANGULAR, LossSpec("within_modality", {"form": "angular", "alpha": 0.2, "beta": 0.0})),
+            neighbor_source="text",
+        ),
+        # Table 2: Wang et al. 2016 structure preservation on top of Trip+NP+Sym
+        Variant(
+            "struc_nn_text",
+            "Struc (NNΩ, Text)",
+            (TRIPLET, struc("text", "neighbors")),
+            neighbor_source="text",
+        ),
+        Variant(
+            "struc_nn_img", "Struc (NNΩ, Img)", (TRIPLET, struc("image", "neighbors")), neighbor_source="text"
+        ),
     )
 }
 
+#: the three variants of the pipeline's headline comparison (issue 2); ``--variants`` picks others
 DEFAULT_VARIANTS = ("ang_np_sym", "ours_img_nns", "ours")
 
 

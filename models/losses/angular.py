@@ -100,7 +100,8 @@ def angular_npair_terms(
     """``[Q]`` angular N-pair loss of each anchor-positive pair over its masked negatives (Eq. 3).
 
     ``hinge``: Σ_n [‖a−p‖² − 4tan²α‖n − C‖²]_+ (Eq. 2 summed over the negatives, Eq. 3).
-    ``smooth``: log(1 + Σ_n exp(4tan²α (a+p)·n − 2(1+tan²α) a·p)) (Wang et al. ICCV 2017, Eq. 8).
+    ``smooth``: log(1 + Σ_n exp(4tan²α (a+p)·n − 2(1+tan²α) a·p)), the smooth N-pair angular loss of
+    Wang et al. (ICCV 2017).
     A pair with no negatives contributes 0.
     """
     check_negative_mask(negative_mask, anchor.shape[0], negatives.shape[0])

@@ -1,5 +1,6 @@
 """Structure-preserving constraint of Wang, Li & Lazebnik (CVPR 2016, "Learning Deep Structure-Preserving
-Image-Text Embeddings", Eq. 3 neighbourhood terms), the "Struc" baseline of Table 2 of Thomas & Kovashka.
+Image-Text Embeddings", its within-view neighbourhood terms): the "Struc" baseline of Table 2 of
+Thomas & Kovashka.
 
 Within one space S (text or image embeddings): for every anchor a, every member p of a's group (p ≠ a) and
 every non-member n, [m + d(a,p) − d(a,n)]_+. Wang et al. keep only the top-K violating negatives per
@@ -135,9 +136,10 @@ class Struc(Loss):
         anchor_index, positive_index = mates.nonzero(as_tuple=True)
         if anchor_index.numel() == 0:
             raise LossPreconditionError(
-                "Struc with group_source='ground_truth' found no two batch rows sharing a group id, so there is "
-                "no structure to preserve: batch several captions per image (repeated group_ids, e.g. a sampler "
-                "drawing k captions of each image) or use group_source='neighbors' with sampled neighbours"
+                "Struc with group_source='ground_truth' found no two batch rows sharing a group id, so there "
+                "is no structure to preserve: batch several captions per image (repeated group_ids, e.g. a "
+                "sampler drawing k captions of each image) or use group_source='neighbors' with sampled "
+                "neighbours"
             )
         distances = pairwise_distance(embeddings, embeddings, self.distance)
         # the anchor-positive distance is taken row-wise so identical mates give exactly 0

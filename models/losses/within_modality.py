@@ -80,8 +80,8 @@ def require_neighbours(
         or neighbor_of.dtype == torch.bool
     ):
         raise LossPreconditionError(
-            f"neighbor_of must be a non-empty 1-D integer index tensor, got {neighbor_of.dtype} {tuple(neighbor_of.shape)}: one batch "
-            "row index per sampled neighbour"
+            f"neighbor_of must be a non-empty 1-D integer index tensor, got {neighbor_of.dtype} "
+            f"{tuple(neighbor_of.shape)}: one batch row index per sampled neighbour"
         )
     for name, value in (("neighbor_image", neighbor_image), ("neighbor_text", neighbor_text)):
         if value.shape != (num_neighbours, dim):
@@ -97,12 +97,14 @@ def require_neighbours(
     if neighbor_group_ids is not None:
         if neighbor_group_ids.shape != (num_neighbours,):
             raise LossPreconditionError(
-                f"neighbor_group_ids has shape {tuple(neighbor_group_ids.shape)}, expected ({num_neighbours},)"
+                f"neighbor_group_ids has shape {tuple(neighbor_group_ids.shape)}, "
+                f"expected ({num_neighbours},): one group id per neighbour row"
             )
         if group_ids is None:
             raise LossPreconditionError(
-                "neighbor_group_ids was given without group_ids: pass the batch rows' group_ids in the same id "
-                "space, otherwise the neighbour's own batch row cannot be recognised and excluded as a negative"
+                "neighbor_group_ids was given without group_ids: pass the batch rows' group_ids in the same "
+                "id space, otherwise the neighbour's own batch row cannot be recognised and excluded as a "
+                "negative"
             )
     return neighbor_image, neighbor_text, neighbor_of
 

@@ -1,10 +1,12 @@
-"""Near-duplicate text removal: batched MinHash signatures, datasketch LSH candidates, verified clusters.
+"""Near-duplicate text removal: batched MinHash signatures, LSH banding, verified clusters.
 
 Texts are normalised (lowercase, punctuation removed) and cut into word shingles; two texts are
 near-duplicates when the Jaccard similarity of their shingle sets, estimated from MinHash
 signatures (Broder 1997), reaches ``threshold``. The signatures are exactly those of
 ``datasketch.MinHash(num_perm, seed)`` updated with each shingle's UTF-8 bytes (its default
-"affine32" scheme), but computed for a whole batch of documents at once with numpy.
+"affine32" scheme), but computed for a whole batch of documents at once with numpy; candidates
+come from the banding datasketch's ``MinHashLSH`` would use, also done with numpy (see
+:class:`DedupIndex`).
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 MINHASH_SCHEME = "affine32"
+# How far below the verification threshold the LSH banding is tuned (see DedupIndex).
+LSH_SLACK = 0.2
 EMPTY_HASH = np.uint32(0xFFFFFFFF)
 # Shingles per numpy batch: the permuted batch is shingles x num_perm uint32 (~32 MiB at 128).
 _BATCH_SHINGLES = 65_536
-# Candidate pairs handled per numpy step.
+# Candidate pairs generated per numpy step, and verified per step (each verified pair gathers two
+# signature rows, 1 KiB at 128 permutations).
 _PAIRS_PER_CHUNK = 1_000_000
+_VERIFY_PAIRS = 65_536
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _PUNCTUATION = re.compile(r"[^\w\s]|_")
@@ -124,8 +130,9 @@ def _is_empty_signature(signatures: np.ndarray) -> np.ndarray:
 def _row_hash64(block: np.ndarray) -> np.ndarray:
     """A 64-bit hash of each row of a uint32 block (FNV-style over words, then MurmurHash3's fmix64).
 
-    Equal rows always get equal hashes; a rare collision only adds a candidate that verification
-    then drops, so no duplicate is lost to it.
+    Equal rows always get equal hashes. A band-hash collision only adds a candidate that
+    verification drops; a full-signature collision (odds about N^2 / 2^65) could hide one row
+    behind another's representative, which is negligible at any corpus size here.
     """
     hashed = np.full(block.shape[0], _FNV_OFFSET, dtype=np.uint64)
     for column in range(block.shape[1]):
@@ -167,16 +174,27 @@ def _ranks_within(lengths: np.ndarray) -> np.ndarray:
     return np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
 
 
+def default_lsh_threshold(threshold: float) -> float:
+    """The banding threshold used to find candidates for a verification ``threshold``: 0.2 lower."""
+    return max(round(threshold - LSH_SLACK, 6), 0.05)
+
+
 class DedupIndex:
     """Signatures of everything seen so far, banded for LSH, for one-shot or incremental deduplication.
 
     Candidate pairs are those sharing a band: the ``b`` bands of ``r`` consecutive signature
     values that ``datasketch.MinHashLSH(lsh_threshold, num_perm)`` picks (its false positive /
-    negative optimum), i.e. exactly the pairs its ``insert``/``query`` would return, found here
-    by sorting band hashes with numpy instead of one Python call per document. A candidate is a
+    negative optimum), so the buckets are those its ``insert``/``query`` would use; they are found
+    here by sorting band hashes with numpy instead of two Python calls per document (about 20x
+    faster, and no per-document dict entries in memory). A candidate is a
     duplicate only if the Jaccard estimated from the full signatures reaches ``threshold``.
     Clusters are connected components of the verified duplicate graph (so duplicates are joined
-    transitively). ``lsh_threshold`` below ``threshold`` trades more candidates for fewer misses.
+    transitively).
+
+    ``lsh_threshold`` (default :func:`default_lsh_threshold`) sits below ``threshold`` because the
+    banding datasketch picks for a threshold t proposes only ~40% of the pairs whose Jaccard is
+    exactly t (b=18, r=7 for t=0.6 at 128 permutations); banding for t - 0.2 (b=32, r=4) proposes
+    98.8% of them, and the extra candidates cost one vectorised signature comparison each.
     """
 
     def __init__(
@@ -184,7 +202,7 @@ class DedupIndex:
     ) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-        lsh_threshold = threshold if lsh_threshold is None else lsh_threshold
+        lsh_threshold = default_lsh_threshold(threshold) if lsh_threshold is None else lsh_threshold
         if not 0.0 < lsh_threshold <= threshold:
             raise ValueError(f"lsh_threshold must be in (0, threshold={threshold}], got {lsh_threshold}")
         if num_perm < 2:
@@ -223,19 +241,20 @@ class DedupIndex:
         clash = [p for p in new_pair_ids if p in self._row_of]
         if clash:
             raise ValueError(f"{len(clash)} pair id(s) already in the index, e.g. {clash[:3]}")
-        return new_signatures.astype(np.uint32)
+        return new_signatures.astype(np.uint32, copy=False)
 
     def _append(self, new_pair_ids: list[str], new_signatures: np.ndarray) -> int:
         first_new = len(self.pair_ids)
         self.pair_ids.extend(new_pair_ids)
         self._row_of.update({p: first_new + i for i, p in enumerate(new_pair_ids)})
-        self.signatures = np.concatenate([self.signatures, new_signatures])
+        self.signatures = (
+            new_signatures if first_new == 0 else np.concatenate([self.signatures, new_signatures])
+        )
         bands = [
             _row_hash64(new_signatures[:, band * self.rows_per_band : (band + 1) * self.rows_per_band])
             for band in range(self.bands)
         ]
-        new_band_hashes = np.stack(bands, axis=1) if bands else np.zeros((len(new_pair_ids), 0), np.uint64)
-        self._band_hashes = np.concatenate([self._band_hashes, new_band_hashes])
+        self._band_hashes = np.concatenate([self._band_hashes, np.stack(bands, axis=1)])
         self._signature_hashes = np.concatenate([self._signature_hashes, _row_hash64(new_signatures)])
         return first_new
 
@@ -275,8 +294,8 @@ class DedupIndex:
     def _verify(self, candidates: np.ndarray) -> np.ndarray:
         """The candidate pairs whose signatures agree on at least ``threshold`` of their values."""
         kept = []
-        for start in range(0, len(candidates), _PAIRS_PER_CHUNK):
-            chunk = candidates[start : start + _PAIRS_PER_CHUNK]
+        for start in range(0, len(candidates), _VERIFY_PAIRS):
+            chunk = candidates[start : start + _VERIFY_PAIRS]
             agreement = (self.signatures[chunk[:, 0]] == self.signatures[chunk[:, 1]]).mean(axis=1)
             kept.append(chunk[agreement >= self.threshold])
         return np.concatenate(kept) if kept else np.zeros((0, 2), dtype=np.int64)
@@ -423,7 +442,7 @@ def deduplicate(
         "n_without_shingles": int(_is_empty_signature(signatures).sum()),
         "cluster_size_histogram": {str(size): n for size, n in sorted(Counter(map(len, clusters)).items())},
         "threshold": threshold,
-        "lsh_threshold": threshold if lsh_threshold is None else lsh_threshold,
+        "lsh_threshold": default_lsh_threshold(threshold) if lsh_threshold is None else lsh_threshold,
         "num_perm": num_perm,
         "shingle_size": shingle_size,
         "example_clusters": [

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import time
+import uuid
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,14 +89,13 @@ def _decode_all(paths: Sequence[str], image_size: int, max_pixels: int, workers:
             yield from pool.map(lambda p: _decode_one(p, image_size, max_pixels), chunk)
 
 
-def _write_npy_atomically(out_path: Path, shape: tuple[int, ...], fill) -> None:
-    """Create a uint8 .npy of ``shape`` in a temp file next to ``out_path``, ``fill`` it, then rename."""
-    handle, temp_name = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
-    os.close(handle)
-    # mkstemp creates the file private (0600); give the cache the permissions a plain open() would.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(temp_name, 0o666 & ~umask)
+def _write_npy_atomically(out_path: Path, shape: tuple[int, ...], fill: Callable[[np.ndarray], None]) -> None:
+    """Create a uint8 .npy of ``shape`` in a temp file next to ``out_path``, ``fill`` it, then rename.
+
+    The temp file sits in the same folder so ``os.replace`` is an atomic rename: readers see either
+    no cache or a complete one, never a half-written file.
+    """
+    temp_name = str(out_path.parent / f".{out_path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         if shape[0] == 0:
             # A zero-length memmap cannot be mapped; an empty array has nothing to stream anyway.

@@ -53,7 +53,7 @@ class PrepareDataset(DatasetParams, HashedTask):
             "raw_dir": str(Path(self.raw_dir).resolve()) if self.raw_dir else "",
             "options": self.recipe_options(),
             "image_cache_size": self.settings.image_cache_size,
-            "reject_budget": self.settings.reject_budget,
+            "reject_budget": self.effective_reject_budget(),
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
@@ -66,7 +66,7 @@ class PrepareDataset(DatasetParams, HashedTask):
         cache = build_image_cache(kept, self.settings.image_cache_size, work_dir / IMAGE_CACHE)
         rejects = pd.concat([record_rejects, cache.rejects], ignore_index=True)
         rejects.to_csv(work_dir / REJECTS, index=False)
-        enforce_reject_budget(n_input, rejects, self.settings.reject_budget)
+        enforce_reject_budget(n_input, rejects, self.effective_reject_budget())
         rows = {pair_id: row for row, pair_id in enumerate(cache.pair_ids)}
         kept = kept[kept["pair_id"].isin(rows)].copy()
         kept["cache_row"] = kept["pair_id"].map(rows).astype("int64")
@@ -82,7 +82,7 @@ class PrepareDataset(DatasetParams, HashedTask):
             "n_kept": len(kept),
             "n_rejected": len(rejects),
             "rejects_by_reason": reject_counts(rejects),
-            "reject_budget": self.settings.reject_budget,
+            "reject_budget": self.effective_reject_budget(),
             "image_cache": cache.stats,
             "recipe_notes": recipe.notes,
         }

@@ -1,14 +1,27 @@
-"""Test-split evaluation of one trained variant: n-way retrieval and neighbour preservation (§4.3)."""
+"""Test-split evaluation of one trained variant: n-way retrieval and neighbour preservation (Thomas &
+Kovashka §4.3), full-ranking Recall@K / medR / mAP@k (Bleeker & de Rijke §3), and global calibration: the
+PR curve, PR-AUC and per-query score distributions (Veit & Wilber §4.3, §4.5).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
-from evaluation.metrics import n_way_recall_at_1, neighbour_preservation, topic_precision_at_k
+from evaluation.metrics import (
+    coco_folds,
+    full_ranking_metrics,
+    n_way_recall_at_1,
+    neighbour_preservation,
+    precision_recall,
+    score_distribution,
+    topic_precision_at_k,
+)
 from models.training import BEST_CHECKPOINT, encode_pairs, pick_device
 from pipeline.base import HashedTask
 from pipeline.io import save_array, write_json
@@ -20,6 +33,155 @@ from pipeline.tasks.training import Train, VariantParams, build_variant_model, l
 #: distractors are drawn with this seed for every variant and training seed, so rows compare the same task
 EVAL_SEED = 0
 TEST_IMAGE, TEST_TEXT, TEST_ROWS = "test_image.npy", "test_text.npy", "test_rows.npy"
+#: PR curve and score-distribution arrays, kept out of metrics.json
+CURVES = "curves.npz"
+
+#: settings of the full-ranking and calibration metrics (hashed into Evaluate's output path)
+FULL_EVAL = {
+    "map_k": 5,
+    "recall_ks": [1, 5, 10],
+    # the 1K protocol (folds of 1000 images, averaged) applies from this many distinct test images (COCO 5K)
+    "fold_images": 1000,
+    "min_images_for_folds": 5000,
+    # the PR curve sorts n^2 scores: above this many test pairs it uses a fixed-seed sample of them
+    "pr_max_pairs": 5000,
+    "pr_curve_points": 500,
+    "score_queries": 1000,
+    "score_bins": 50,
+}
+
+
+@dataclass
+class RetrievalLayout:
+    """How the test pairs map to distinct images and texts for full-gallery retrieval.
+
+    ``protocol`` is ``"pairs"`` (every pair its own image and text), ``"captions_per_image"`` (groups
+    share one image: COCO / Flickr30k captions) or ``"images_per_text"`` (groups share one text: the
+    images of one GoodNews article). ``image_positions`` / ``text_positions`` are the test positions of
+    the distinct items; ``image_index`` / ``text_index`` give, per test position, its item's index in
+    them.
+    """
+
+    protocol: str
+    image_positions: np.ndarray
+    text_positions: np.ndarray
+    image_index: np.ndarray
+    text_index: np.ndarray
+
+
+def retrieval_layout(group_ids: np.ndarray, cache_rows: np.ndarray, texts: np.ndarray) -> RetrievalLayout:
+    """Detect the retrieval protocol from the test pairs' groups, image cache rows and texts.
+
+    Groups whose pairs share neither one image nor one text (a mix) fall back to ``"pairs"``: then the
+    other pairs of a group count as negatives in the full ranking (n-way R@1 still excludes them).
+    """
+    groups = np.asarray(group_ids)
+    n = len(groups)
+    own = np.arange(n)
+    codes = pd.factorize(pd.Series(groups))[0]
+    if codes.max(initial=-1) + 1 == n:
+        return RetrievalLayout("pairs", own, own, own, own)
+    # codes number groups in order of first appearance, so first[c] is the first row of group c
+    first = np.unique(codes, return_index=True)[1]
+    frame = pd.DataFrame({"group": codes, "image": np.asarray(cache_rows), "text": np.asarray(texts)})
+    per_group = frame.groupby("group").nunique()
+    if (per_group["image"] == 1).all():
+        return RetrievalLayout("captions_per_image", first, own, codes, own)
+    if (per_group["text"] == 1).all():
+        return RetrievalLayout("images_per_text", own, first, own, codes)
+    return RetrievalLayout("pairs", own, own, own, own)
+
+
+def _swap_directions(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Rename i2t <-> t2i (and image <-> text counts) of a result computed with the modalities swapped."""
+    renamed = {}
+    for key, value in metrics.items():
+        for a, b in (("i2t", "t2i"), ("t2i", "i2t"), ("n_images", "n_texts"), ("n_texts", "n_images")):
+            if key.startswith(a):
+                key = b + key[len(a) :]
+                break
+        renamed[key] = value
+    return renamed
+
+
+def full_ranking(image: np.ndarray, text: np.ndarray, layout: RetrievalLayout) -> dict[str, Any]:
+    """Full-gallery Recall@K, medR, meanR, mAP@k over the distinct test items (VSE++ protocol, Bleeker §3).
+
+    ``image`` / ``text`` are the row-aligned test embeddings. With several captions per image, an image
+    query is right when any of its captions ranks high; with several images per text, the roles are
+    swapped (the function ranks one side with several positives). From ``min_images_for_folds`` distinct
+    gallery images on the several-positives side, the first ``fold_images * n_folds`` of them are also
+    evaluated in folds of ``fold_images`` (the COCO 1K protocol) and averaged.
+    """
+    settings = FULL_EVAL
+    swap = layout.protocol == "images_per_text"
+    if swap:
+        owners, members, owner_of = text[layout.text_positions], image, layout.text_index
+    else:
+        owners, members = image[layout.image_positions], text[layout.text_positions]
+        owner_of = layout.image_index[layout.text_positions] if layout.protocol != "pairs" else None
+    options = {"ks": settings["recall_ks"], "map_k": settings["map_k"]}
+    result: dict[str, Any] = {"protocol": layout.protocol}
+    every = full_ranking_metrics(owners, members, owner_of, **options)
+    result["all"] = _swap_directions(every) if swap else every
+    n_owners = len(owners)
+    if n_owners >= settings["min_images_for_folds"]:
+        n_folds = n_owners // settings["fold_images"]
+        kept = n_folds * settings["fold_images"]
+        owner_ids = np.arange(len(members)) if owner_of is None else np.asarray(owner_of)
+        in_folds = owner_ids < kept
+        folds = coco_folds(owners[:kept], members[in_folds], owner_ids[in_folds], n_folds, **options)
+        mean = _swap_directions(folds["mean"]) if swap else folds["mean"]
+        result["folds_1k"] = {"n_folds": n_folds, "fold_images": folds["fold_images"], "mean": mean}
+    return result
+
+
+def calibration(
+    image: np.ndarray, text: np.ndarray, group_ids: np.ndarray, layout: RetrievalLayout
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Global PR curve and PR-AUC (Veit & Wilber §4.3) and text-query score distributions (§4.5, Fig. 4).
+
+    The PR curve scores every (image row, text row) of the test pairs (positives: same group); above
+    ``pr_max_pairs`` pairs a fixed-seed sample of pairs is used so the n^2 sort stays bounded. Score
+    distributions take ``score_queries`` distinct test texts as queries against the distinct test
+    images. Returns the JSON summary and the arrays for ``curves.npz``.
+    """
+    settings = FULL_EVAL
+    n = len(image)
+    rows = np.arange(n)
+    if n > settings["pr_max_pairs"]:
+        rng = np.random.default_rng(EVAL_SEED)
+        rows = np.sort(rng.choice(n, size=settings["pr_max_pairs"], replace=False))
+    pr = precision_recall(image[rows], text[rows], group_ids[rows], settings["pr_curve_points"])
+    distribution = score_distribution(
+        image[layout.image_positions],
+        text[layout.text_positions],
+        n_queries=settings["score_queries"],
+        seed=EVAL_SEED,
+        bins=settings["score_bins"],
+        direction="t2i",
+    )
+    summary = {
+        "pr": {
+            "pr_auc": pr["pr_auc"],
+            "n_positives": pr["n_positives"],
+            "n_scores": pr["n_scores"],
+            "n_pairs": int(len(rows)),
+        },
+        "score_distribution": {
+            "direction": "t2i",
+            "n_queries": int(len(distribution["query_indices"])),
+            "n_bins": int(len(distribution["bin_centres"])),
+            "gallery_size": int(len(layout.image_positions)),
+        },
+    }
+    arrays = {
+        "pr_precision": pr["precision"],
+        "pr_recall": pr["recall"],
+        "pr_thresholds": pr["thresholds"],
+        **{f"score_{key}": np.asarray(value) for key, value in distribution.items()},
+    }
+    return summary, arrays
 
 
 def evaluate_embeddings(
@@ -65,7 +227,7 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
         }
 
     def config(self) -> dict[str, Any]:
-        return {"eval": self.settings.section("eval"), "eval_seed": EVAL_SEED}
+        return {"eval": self.settings.section("eval"), "eval_seed": EVAL_SEED, "full_eval": FULL_EVAL}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = {name: self.input_dir(task) for name, task in self.requires().items()}
@@ -98,6 +260,13 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
             topics=topics,
             topic_k=e.topic_k,
         )
+        test_manifest = manifest.iloc[test_rows]
+        layout = retrieval_layout(
+            data.group_ids[test_rows], test_manifest["cache_row"].to_numpy(), test_manifest["text"].to_numpy()
+        )
+        metrics["full_ranking"] = full_ranking(image, text, layout)
+        calibration_summary, curves = calibration(image, text, data.group_ids[test_rows], layout)
+        metrics.update(calibration_summary)
         metrics.update(
             {
                 "variant": self.variant,
@@ -112,5 +281,7 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
         save_array(work_dir / TEST_ROWS, test_rows)
         for name, value in hits.items():
             save_array(work_dir / f"{name}.npy", value)
+        with open(work_dir / CURVES, "wb") as handle:
+            np.savez_compressed(handle, **curves)
         write_json(work_dir / "metrics.json", metrics)
         return metrics

@@ -15,6 +15,12 @@ class DatasetParams:
     )
     dataset_options = luigi.DictParameter(default={}, description='recipe options, e.g. {"n_pairs": 2000}')
     data_seed = luigi.IntParameter(default=0, description="seed of data generation, Doc2Vec, Annoy, features")
+    reject_budget = luigi.OptionalFloatParameter(
+        default=None, description="largest share of input pairs that may be rejected (default: the profile's)"
+    )
+
+    def effective_reject_budget(self) -> float:
+        return self.settings.reject_budget if self.reject_budget is None else float(self.reject_budget)
 
     def recipe_options(self) -> dict[str, Any]:
         options = dict(self.settings.dataset_options) if self.dataset == "embedded" else {}

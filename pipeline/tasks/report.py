@@ -10,16 +10,47 @@ import luigi
 import numpy as np
 from luigi.freezing import recursively_unfreeze
 
-from evaluation.report import ReportInputs, VariantRun, build_report
+from evaluation.gallery import proximity_study, retrieval_examples, snippet, write_thumbnails
+from evaluation.report import (
+    BASELINE_VARIANT,
+    FIGURES_DIR,
+    OURS_VARIANT,
+    Qualitative,
+    ReportInputs,
+    ShownItem,
+    VariantRun,
+    build_report,
+)
 from pipeline.base import META_FILE, HashedTask
 from pipeline.io import library_versions, read_json, save_text, write_json
-from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
-from pipeline.tasks.evaluation import Evaluate
+from pipeline.steps.image_cache import load_image_cache
+from pipeline.tasks.cocos import COCOS_FILE, Cocos
+from pipeline.tasks.data import (
+    IMAGE_CACHE,
+    Deduplicate,
+    PrepareDataset,
+    Split,
+    integer_group_ids,
+    read_manifest,
+)
+from pipeline.tasks.evaluation import CURVES, TEST_IMAGE, TEST_ROWS, TEST_TEXT, Evaluate, retrieval_layout
 from pipeline.tasks.params import DatasetParams
-from pipeline.tasks.representations import NeighborTables
-from pipeline.variants import DEFAULT_VARIANTS, resolve_variant
+from pipeline.tasks.representations import DOC_VECTORS, NeighborTables, TrainDoc2Vec
+from pipeline.variants import DEFAULT_VARIANTS
 
 REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
+
+#: Figs. 5 and 6 (Thomas & Kovashka §4.4); hashed into the Report's output path
+QUALITATIVE = {
+    "seed": 0,
+    # exact Doc2Vec neighbours per test item; Eq. 5's k = 200 is meant for a training set, not a test split
+    "proximity_k": 10,
+    "proximity_pairs": 10_000,
+    "proximity_shown": 3,
+    "gallery_queries": 4,
+    "gallery_top_k": 3,
+    "snippet_chars": 160,
+}
 
 
 class GridParams:
@@ -66,10 +97,90 @@ class Report(GridParams, DatasetParams, HashedTask):
             "dedup": self.clone(Deduplicate),
             "split": self.clone(Split),
             "neighbors": [self.clone(NeighborTables, space=space) for space in ("text", "image")],
+            "doc2vec": self.clone(TrainDoc2Vec),
+            "cocos": [
+                self.clone(Cocos, variant=e.variant, seed=e.seed, variant_overrides=e.variant_overrides)
+                for e in self.evaluations()
+            ],
         }
 
     def config(self) -> dict[str, Any]:
-        return {"variants": list(self.variants), "seeds": [int(s) for s in self.seeds]}
+        return {
+            "variants": list(self.variants),
+            "seeds": [int(s) for s in self.seeds],
+            "qualitative": QUALITATIVE,
+        }
+
+    def qualitative(self, work_dir: Path) -> Qualitative | None:
+        """Figs. 5 and 6: ``ours`` against the baseline at their lowest common seed, with thumbnails."""
+        by_key = {(e.variant, e.seed): e for e in self.requires()["evaluations"]}
+        seeds = sorted(
+            seed for variant, seed in by_key if variant == OURS_VARIANT and (BASELINE_VARIANT, seed) in by_key
+        )
+        if not seeds:
+            return None
+        req = self.requires()
+        q = QUALITATIVE
+        ours_dir = by_key[(OURS_VARIANT, seeds[0])].output_dir()
+        base_dir = by_key[(BASELINE_VARIANT, seeds[0])].output_dir()
+        test_rows = np.load(ours_dir / TEST_ROWS)
+        if not np.array_equal(test_rows, np.load(base_dir / TEST_ROWS)):
+            raise RuntimeError(f"{ours_dir} and {base_dir} evaluated different test rows; rerun Evaluate")
+        ours = (np.load(ours_dir / TEST_IMAGE), np.load(ours_dir / TEST_TEXT))
+        baseline = (np.load(base_dir / TEST_IMAGE), np.load(base_dir / TEST_TEXT))
+        manifest = read_manifest(self.input_dir(req["split"]))
+        test_manifest = manifest.iloc[test_rows]
+        groups = integer_group_ids(manifest).to_numpy()[test_rows]
+        cache_rows = test_manifest["cache_row"].to_numpy()
+        texts = test_manifest["text"].to_numpy()
+        layout = retrieval_layout(groups, cache_rows, texts)
+        proximity = None
+        if len(test_rows) >= 3:
+            doc_vectors = np.load(self.input_dir(req["doc2vec"]) / DOC_VECTORS)[test_rows]
+            proximity = proximity_study(
+                ours,
+                baseline,
+                doc_vectors,
+                q["proximity_k"],
+                q["proximity_pairs"],
+                q["seed"],
+                q["proximity_shown"],
+                group_ids=groups,
+            )
+        examples = retrieval_examples(
+            ours,
+            baseline,
+            layout.image_positions,
+            layout.text_positions,
+            groups,
+            q["gallery_queries"],
+            q["gallery_top_k"],
+            q["seed"],
+        )
+        shown = {
+            p for rows in examples.values() for e in rows for p in [e["query"]] + [r[0] for r in e["ours"]]
+        }
+        shown |= {r[0] for rows in examples.values() for e in rows for r in e["baseline"]}
+        if proximity is not None:
+            shown |= {p for m in ("image", "text") for a, b, _ in proximity[m]["smallest"] for p in (a, b)}
+        thumbnails = write_thumbnails(
+            load_image_cache(self.input_dir(req["prepared"]) / IMAGE_CACHE),
+            cache_rows,
+            shown,
+            work_dir / FIGURES_DIR / "thumbs",
+            work_dir,
+        )
+        items = {
+            p: ShownItem(text=snippet(texts[p], q["snippet_chars"]), thumbnail=thumbnails[p]) for p in shown
+        }
+        return Qualitative(
+            seed=seeds[0],
+            ours_label=by_key[(OURS_VARIANT, seeds[0])].variant_spec()["label"],
+            baseline_label=by_key[(BASELINE_VARIANT, seeds[0])].variant_spec()["label"],
+            items=items,
+            proximity=proximity,
+            examples=examples,
+        )
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         req = self.requires()
@@ -77,16 +188,25 @@ class Report(GridParams, DatasetParams, HashedTask):
         for evaluation in req["evaluations"]:
             folder = evaluation.output_dir()
             train_meta = read_json(evaluation.requires()["train"].output_dir() / META_FILE)
+            spec = evaluation.variant_spec()
+            with np.load(folder / CURVES) as curves:
+                arrays = {name: curves[name] for name in curves.files}
             runs.append(
                 VariantRun(
                     variant=evaluation.variant,
-                    label=resolve_variant(evaluation.variant)["label"],
+                    label=spec["label"],
                     seed=evaluation.seed,
                     metrics=read_json(folder / "metrics.json"),
                     training=train_meta["summary"],
                     hits={name: np.load(folder / f"{name}.npy") for name in ("i2t_hits", "t2i_hits")},
+                    curves=arrays,
+                    loss_names=[loss["name"] for loss in spec["losses"]],
                 )
             )
+        cocos = []
+        for task in req["cocos"]:
+            result = read_json(task.output_dir() / COCOS_FILE)
+            cocos.append({"label": task.variant_spec()["label"], **result})
         tasks = []
         for task in all_upstream(self):
             if task is self:
@@ -116,8 +236,10 @@ class Report(GridParams, DatasetParams, HashedTask):
                 "total_task_wall_time_s": round(sum(t["wall_time_s"] for t in tasks), 1),
                 **{f"version.{k}": v for k, v in library_versions().items()},
             },
+            cocos=cocos,
+            qualitative=self.qualitative(work_dir),
         )
-        document, payload = build_report(inputs)
+        document, payload = build_report(inputs, work_dir)
         save_text(work_dir / REPORT_MD, document.to_markdown())
         save_text(work_dir / REPORT_HTML, document.to_html())
         write_json(work_dir / REPORT_JSON, payload)

@@ -1,0 +1,107 @@
+"""Epoch time of Ours (Eq. 8) vs Ang+NP+Sym at the same batch size, in one run (goal: <= 1.10x).
+
+Both neighbour modes are timed: ``in_batch`` (neighbours fill half of each batch: the same number of rows
+encoded as the baseline) and ``extra_rows`` (neighbours encoded as extra rows). Synthetic pairs at the
+demo profile's sizes (ResNet-18, 64 px, batch 64); runs are interleaved and repeated, medians reported.
+
+    python benchmarks/bench_epoch.py [--pairs 1024] [--repeats 3] [--image-size 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.encoders import EncoderConfig, VSEModel
+from models.losses import build_loss
+from models.training import PairData, Trainer
+from pipeline.profiles import DEMO
+from pipeline.variants import resolve_variant
+
+
+def synthetic_pairs(n: int, image_size: int, max_tokens: int, vocab: int, seed: int = 0) -> PairData:
+    rng = np.random.default_rng(seed)
+    return PairData(
+        images=rng.integers(0, 255, (n, image_size, image_size, 3), dtype=np.uint8),
+        image_rows=np.arange(n),
+        tokens=rng.integers(2, vocab, (n, max_tokens)),
+        lengths=rng.integers(20, max_tokens + 1, n),
+        group_ids=np.arange(n),
+    )
+
+
+def time_epoch(variant: str, mode: str, data: PairData, n_train: int, settings, k: int) -> float:
+    spec = resolve_variant(variant)
+    torch.manual_seed(0)
+    config = EncoderConfig(
+        backbone=settings.backbone,
+        pretrained=False,
+        embed_dim=settings.embed_dim,
+        word_dim=200,
+        gru_hidden=settings.gru_hidden,
+        vocab_size=5000,
+    )
+    model = VSEModel(config)
+    losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
+    rng = np.random.default_rng(1)
+    table = (
+        np.stack([rng.permutation(n_train) for _ in range(k)], axis=1) if spec["neighbor_source"] else None
+    )
+    with tempfile.TemporaryDirectory() as work:
+        trainer = Trainer(
+            model,
+            losses,
+            data,
+            np.arange(n_train),
+            np.arange(n_train, n_train + 64),
+            replace(settings, epochs=1, neighbor_mode=mode),
+            0,
+            Path(work),
+            neighbors=table,
+            progress=False,
+        )
+        return trainer.fit().history[0]["train_seconds"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--out", default="benchmarks/results/epoch.json")
+    args = parser.parse_args()
+    settings = replace(DEMO.train, image_size=args.image_size)
+    data = synthetic_pairs(args.pairs + 64, args.image_size, settings.max_text_tokens, 5000)
+    cases = [("ang_np_sym", "in_batch"), ("ours", "in_batch"), ("ours", "extra_rows")]
+    times: dict[str, list[float]] = {f"{v}/{m}": [] for v, m in cases}
+    for repeat in range(args.repeats):
+        for variant, mode in cases:
+            seconds = time_epoch(variant, mode, data, args.pairs, settings, k=200)
+            times[f"{variant}/{mode}"].append(seconds)
+            print(f"repeat {repeat}: {variant:12s} {mode:10s} {seconds:7.2f} s", flush=True)
+    medians = {case: statistics.median(values) for case, values in times.items()}
+    baseline = medians["ang_np_sym/in_batch"]
+    result = {
+        "pairs_per_epoch": args.pairs,
+        "batch_size": settings.batch_size,
+        "backbone": settings.backbone,
+        "image_size": args.image_size,
+        "threads": torch.get_num_threads(),
+        "seconds": times,
+        "median_seconds": medians,
+        "ratio_vs_baseline": {case: value / baseline for case, value in medians.items()},
+    }
+    print(json.dumps({"median_seconds": medians, "ratio_vs_baseline": result["ratio_vs_baseline"]}, indent=2))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The report's figures as PNG files: global precision-recall curves (Veit & Wilber Fig. 4 left), per-query
+score distributions (their Fig. 4 right) and the proximity-ratio histogram (Thomas & Kovashka Fig. 5).
+
+Figures are drawn on ``matplotlib.figure.Figure`` objects with the Agg canvas, never through pyplot, so
+nothing depends on a display or on global pyplot state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
+from matplotlib.figure import Figure
+
+DPI = 100
+# fixed PNG metadata, so the same numbers give the same bytes whatever matplotlib version draws them
+_PNG_METADATA = {"Software": None}
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(figure)
+    figure.savefig(path, format="png", dpi=DPI, metadata=_PNG_METADATA)
+    return path
+
+
+def plot_pr_curves(curves: Mapping[str, Mapping[str, np.ndarray | float]], path: Path) -> Path:
+    """One precision-recall curve per method on shared axes (Veit & Wilber Sec. 4.3, Fig. 4 left).
+
+    ``curves`` maps a method label to ``{"recall": [...], "precision": [...], "pr_auc": float}`` as
+    :func:`evaluation.metrics.precision_recall` returns them; the legend carries each PR-AUC.
+    """
+    if not curves:
+        raise ValueError("plot_pr_curves needs at least one method's curve")
+    figure = Figure(figsize=(6.0, 4.5))
+    axes = figure.subplots()
+    for label, curve in curves.items():
+        recall = np.asarray(curve["recall"], dtype=np.float64)
+        precision = np.asarray(curve["precision"], dtype=np.float64)
+        if recall.shape != precision.shape or recall.ndim != 1 or recall.size == 0:
+            raise ValueError(
+                f"curve {label!r}: recall and precision must be equal-length non-empty 1-D arrays"
+            )
+        # the curve starts at recall 0 with the first threshold's precision, as the step-wise AP assumes
+        axes.step(
+            np.r_[0.0, recall],
+            np.r_[precision[0], precision],
+            where="pre",
+            label=f"{label} (PR-AUC {float(curve['pr_auc']):.3f})",
+        )
+    axes.set_xlabel("recall")
+    axes.set_ylabel("precision")
+    axes.set_xlim(0.0, 1.0)
+    axes.set_ylim(0.0, 1.02)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper right", fontsize="small")
+    axes.set_title("Global precision-recall over all test image-text scores", fontsize="medium")
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+def plot_score_distributions(
+    distributions: Mapping[str, Mapping[str, np.ndarray]], path: Path, max_lines: int = 1000
+) -> Path:
+    """Per method, one line per sampled query: gallery items per similarity bin (Veit & Wilber Fig. 4 right).
+
+    ``distributions`` maps a method label to :func:`evaluation.metrics.score_distribution` output
+    (``bin_centres``, ``counts`` ``[n_queries, n_bins]``, ``p5``, ``p95``). Query lines are blue and
+    translucent; the 5th / 95th percentiles over queries are orange. Panels share both axes.
+    """
+    if not distributions:
+        raise ValueError("plot_score_distributions needs at least one method's distribution")
+    figure = Figure(figsize=(4.0 * len(distributions), 3.6))
+    panels = np.atleast_1d(figure.subplots(1, len(distributions), sharex=True, sharey=True))
+    occupied_low, occupied_high = np.inf, -np.inf
+    for axes, (label, result) in zip(panels, distributions.items(), strict=True):
+        centres = np.asarray(result["bin_centres"], dtype=np.float64)
+        counts = np.asarray(result["counts"], dtype=np.float64)
+        if counts.ndim != 2 or counts.shape[1] != centres.size:
+            raise ValueError(f"distribution {label!r}: counts must be [n_queries, {centres.size} bins]")
+        lines = [np.column_stack([centres, row]) for row in counts[:max_lines]]
+        alpha = float(np.clip(8.0 / max(len(lines), 1), 0.03, 0.6))
+        axes.add_collection(LineCollection(lines, colors="tab:blue", linewidths=0.6, alpha=alpha))
+        axes.plot(centres, result["p5"], color="tab:orange", linewidth=1.5, label="5th / 95th percentile")
+        axes.plot(centres, result["p95"], color="tab:orange", linewidth=1.5)
+        axes.set_title(f"{label} ({counts.shape[0]} queries)", fontsize="medium")
+        axes.set_xlabel("similarity to the query")
+        axes.grid(alpha=0.3)
+        axes.autoscale_view()
+        used = np.flatnonzero(counts.sum(axis=0) > 0)
+        if used.size:
+            step = centres[1] - centres[0] if centres.size > 1 else 0.1
+            occupied_low = min(occupied_low, centres[used[0]] - step)
+            occupied_high = max(occupied_high, centres[used[-1]] + step)
+    if np.isfinite(occupied_low):
+        # similarities rarely span [-1, 1]; zoom on the bins any method uses
+        panels[0].set_xlim(occupied_low, occupied_high)
+    panels[0].set_ylabel("gallery items in bin")
+    panels[0].legend(loc="upper left", fontsize="small")
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+def plot_proximity_ratios(ratios: Mapping[str, np.ndarray], path: Path, bins: int = 40) -> Path:
+    """Histogram of log2(d_ours / d_baseline) per modality over the sampled Doc2Vec-neighbour pairs (Fig. 5).
+
+    Left of the dashed zero line our model keeps the pair closer than the baseline does.
+    """
+    finite = {name: np.log2(r[np.isfinite(r) & (r > 0)]) for name, r in ratios.items()}
+    finite = {name: values for name, values in finite.items() if values.size}
+    if not finite:
+        raise ValueError("plot_proximity_ratios needs at least one finite positive ratio")
+    figure = Figure(figsize=(6.0, 3.6))
+    axes = figure.subplots()
+    edges = np.histogram_bin_edges(np.concatenate(list(finite.values())), bins=bins)
+    for name, values in finite.items():
+        axes.hist(
+            values, bins=edges, histtype="step", linewidth=1.5, label=f"{name}–{name} ({values.size} pairs)"
+        )
+    axes.axvline(0.0, color="black", linestyle="--", linewidth=1)
+    axes.set_xlabel("log2( distance under Ours / distance under the baseline )")
+    axes.set_ylabel("neighbour pairs")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    return _save(figure, path)

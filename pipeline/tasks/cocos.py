@@ -1,0 +1,127 @@
+"""COCOS of one trained variant (Bleeker & de Rijke 2022, §4–5): with the best checkpoint frozen, count per
+training batch how many candidates contribute to each loss's gradient w.r.t. the query.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from evaluation.metrics import cocos_summary
+from models.batching import BatchSampler
+from models.losses import build_loss
+from models.training import BEST_CHECKPOINT, PairData, loss_inputs, pick_device
+from pipeline.base import HashedTask
+from pipeline.io import write_json
+from pipeline.tasks.data import PrepareDataset, Split
+from pipeline.tasks.params import DatasetParams
+from pipeline.tasks.representations import (
+    NEIGHBORS,
+    TRAIN_ROWS,
+    NeighborTables,
+    TrainWordVectors,
+    load_vocabulary,
+)
+from pipeline.tasks.training import Train, VariantParams, build_variant_model, load_pair_data
+
+#: Bleeker & de Rijke §5: the one hyper-parameter of COCOS, the weight below which a candidate is negligible
+COCOS_EPS = 0.01
+#: batches are drawn with this seed for every variant, so variants without neighbours see the same batches
+COCOS_SEED = 0
+COCOS_FILE = "cocos.json"
+# the losses spell the COCOS threshold in one of these attributes
+_EPS_ATTRIBUTES = ("cocos_eps", "diagnostic_eps")
+
+
+@torch.no_grad()
+def collect_cocos(
+    model: torch.nn.Module,
+    losses: list[torch.nn.Module],
+    data: PairData,
+    sampler: BatchSampler,
+    image_size: int,
+    device: torch.device,
+) -> dict[str, dict[str, Any]]:
+    """One pass of ``sampler`` (an epoch of training-size batches, neighbours sampled as in training) through
+    the frozen ``model`` (eval mode: no dropout, no flips); per loss, :func:`cocos_summary` of the
+    per-batch ``diagnostics()`` of that loss. Losses that report no diagnostics are left out.
+    """
+    model.eval()
+    group_ids = torch.from_numpy(np.asarray(data.group_ids, dtype=np.int64))
+    per_loss: dict[str, list[dict[str, np.ndarray]]] = {loss.name: [] for loss in losses}
+    for batch in sampler.epoch():
+        images = data.image_batch(batch.rows, image_size).to(device)
+        tokens, lengths = data.text_batch(batch.rows)
+        outputs = model(images, tokens.to(device), lengths)
+        inputs = loss_inputs(outputs, batch, group_ids[batch.rows].to(device))
+        for loss in losses:
+            diagnostics = loss.diagnostics(**inputs)
+            if diagnostics:
+                per_loss[loss.name].append({k: v.detach().cpu().numpy() for k, v in diagnostics.items()})
+    return {name: cocos_summary(batches) for name, batches in per_loss.items() if batches}
+
+
+class Cocos(VariantParams, DatasetParams, HashedTask):
+    """COCOS over the training set at the best checkpoint (Bleeker & de Rijke §5), eps = 0.01."""
+
+    def requires(self) -> dict[str, HashedTask]:
+        required = {
+            "train": self.clone(Train),
+            "split": self.clone(Split),
+            "prepared": self.clone(PrepareDataset),
+            "words": self.clone(TrainWordVectors),
+        }
+        source = self.variant_spec()["neighbor_source"]
+        if source:
+            required["neighbors"] = self.clone(NeighborTables, space=source)
+        return required
+
+    def config(self) -> dict[str, Any]:
+        return {"eps": COCOS_EPS, "sampling_seed": COCOS_SEED}
+
+    def produce(self, work_dir: Path) -> dict[str, Any]:
+        inputs = {name: self.input_dir(task) for name, task in self.requires().items()}
+        t = self.settings.train
+        data, manifest = load_pair_data(
+            inputs["split"], inputs["prepared"], inputs["words"], t.max_text_tokens
+        )
+        train_positions = np.flatnonzero((manifest["split"] == "train").to_numpy())
+        spec = self.variant_spec()
+        losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
+        for loss in losses:
+            for attribute in _EPS_ATTRIBUTES:
+                if hasattr(loss, attribute):
+                    setattr(loss, attribute, COCOS_EPS)
+        neighbors = None
+        if any(loss.needs & {"neighbor_image", "neighbor_text"} for loss in losses):
+            if "neighbors" not in inputs:
+                raise ValueError(
+                    f"variant {self.variant!r} has a loss that needs semantic neighbours but no neighbor_source"
+                )
+            if not np.array_equal(np.load(inputs["neighbors"] / TRAIN_ROWS), train_positions):
+                raise RuntimeError("neighbour table rows do not match the train split; rerun NeighborTables")
+            neighbors = np.load(inputs["neighbors"] / NEIGHBORS)
+        _, word_vectors = load_vocabulary(inputs["words"])
+        model = build_variant_model(spec, self.settings, word_vectors)
+        state = torch.load(inputs["train"] / BEST_CHECKPOINT, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        device = pick_device()
+        model.to(device)
+        losses = [loss.to(device) for loss in losses]
+        sampler = BatchSampler(
+            train_positions, t.batch_size, np.random.default_rng(COCOS_SEED), neighbors, t.neighbor_mode
+        )
+        summary = collect_cocos(model, losses, data, sampler, t.image_size, device)
+        result = {
+            "variant": self.variant,
+            "seed": self.seed,
+            "best_epoch": state["epoch"],
+            "eps": COCOS_EPS,
+            "batch_size": t.batch_size,
+            "losses": summary,
+        }
+        write_json(work_dir / COCOS_FILE, result)
+        return result

@@ -1,0 +1,173 @@
+"""End to end: the smoke FullRun through luigi.build, reruns, ablations and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import luigi
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from pipeline import FullRun, PrepareDataset, Train
+from pipeline.base import META_FILE
+
+pytestmark = pytest.mark.slow
+
+
+class RanTasks:
+    """Records which tasks actually ran (SUCCESS after run()), by task family and params."""
+
+    def __init__(self) -> None:
+        self.ran: list[luigi.Task] = []
+
+    def __call__(self, task: luigi.Task) -> None:
+        self.ran.append(task)
+
+    def families(self) -> list[str]:
+        return sorted(task.get_task_family() for task in self.ran)
+
+
+def build(tasks: list[luigi.Task]) -> tuple[luigi.execution_summary.LuigiRunResult, RanTasks]:
+    recorder = RanTasks()
+    luigi.Task.event_handler(luigi.Event.SUCCESS)(recorder)
+    try:
+        result = luigi.build(
+            tasks, local_scheduler=True, detailed_summary=True, workers=1, log_level="WARNING"
+        )
+    finally:
+        luigi.Task._event_callbacks[luigi.Task][luigi.Event.SUCCESS].discard(recorder)
+    return result, recorder
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    task = FullRun(profile="smoke", run_root=str(root))
+    result, ran = build([task])
+    return task, result, ran, root
+
+
+def test_smoke_full_run_succeeds_and_reports_every_variant(smoke_run):
+    task, result, ran, _ = smoke_run
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS, result.summary_text
+    report = task.report_path().read_text()
+    assert "Table 1 — cross-modal retrieval (n-way Recall@1)" in report
+    assert "Table 3 — neighbour preservation" in report
+    for label in ("Ang+NP+Sym", "Ours (Img NNs)", "Ours"):
+        assert f"| {label} |" in report
+    payload = json.loads(task.report_path().with_name("report.json").read_text())
+    assert set(payload["variants"]) == {"ang_np_sym", "ours_img_nns", "ours"}
+    for variant in payload["variants"].values():
+        for direction in ("i2t", "t2i"):
+            assert 0.0 <= variant[direction]["mean"] <= 1.0
+    assert task.report_path().with_name("report.html").exists()
+    # every task of the graph ran once: one Train and one Evaluate per variant, one table per space
+    families = ran.families()
+    assert families.count("Train") == 3 and families.count("Evaluate") == 3
+    assert families.count("NeighborTables") == 2
+    assert families.count("PrepareDataset") == 1
+
+
+def test_every_output_has_metadata_with_seed_versions_and_wall_time(smoke_run):
+    _, _, _, root = smoke_run
+    metas = list(Path(root).glob(f"*/*/{META_FILE}"))
+    assert len(metas) >= 12
+    for path in metas:
+        meta = json.loads(path.read_text())
+        assert meta["signature"] == path.parent.name
+        assert "torch" in meta["versions"] and meta["wall_time_s"] >= 0
+    train_meta = [json.loads(p.read_text()) for p in Path(root).glob(f"Train/*/{META_FILE}")]
+    assert {m["config"]["seed"] for m in train_meta} == {0}
+    assert not list(Path(root).glob("*/*.partial")), "no partial output may stay behind"
+
+
+def test_rerun_with_nothing_changed_runs_nothing(smoke_run):
+    task, _, _, root = smoke_run
+    result, ran = build([FullRun(profile="smoke", run_root=str(root))])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    assert ran.families() == []
+
+
+def test_changing_a_loss_weight_reruns_only_that_variant(smoke_run):
+    task, _, _, root = smoke_run
+    before = {p.parent for p in Path(root).glob(f"*/*/{META_FILE}")}
+    changed = FullRun(
+        profile="smoke", run_root=str(root), variant_overrides={"ours": {"within_modality": {"alpha": 0.5}}}
+    )
+    result, ran = build([changed])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    assert ran.families() == ["Evaluate", "FullRun", "Report", "Train"]
+    assert {t.variant for t in ran.ran if isinstance(t, Train)} == {"ours"}
+    after = {p.parent for p in Path(root).glob(f"*/*/{META_FILE}")}
+    assert before <= after, "an ablation never overwrites an earlier result"
+    new_train = [t for t in ran.ran if isinstance(t, Train)][0]
+    assert new_train.meta()["config"]["variant"]["losses"][1]["params"]["alpha"] == 0.5
+
+
+def _write_pairs(folder: Path, n_good: int) -> Path:
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(n_good):
+        path = folder / f"img{i}.png"
+        Image.fromarray(rng.integers(0, 255, (24, 24, 3), dtype=np.uint8)).save(path)
+        rows.append({"pair_id": f"p{i}", "image_path": path.name, "text": f"story number {i} about things"})
+    (folder / "broken.jpg").write_text("<html>not an image</html>")
+    rows += [
+        {"pair_id": "missing", "image_path": "nowhere.jpg", "text": "a text whose image is missing"},
+        {"pair_id": "html", "image_path": "broken.jpg", "text": "a text whose image is an html page"},
+        {"pair_id": "empty", "image_path": "img0.png", "text": ""},
+        {"pair_id": "blank", "image_path": "img1.png", "text": "   \t "},
+        {"pair_id": "p2", "image_path": "img3.png", "text": "a second row with an existing pair id"},
+    ]
+    table = folder / "pairs.csv"
+    pd.DataFrame(rows).to_csv(table, index=False)
+    return table
+
+
+def test_bad_input_is_rejected_with_reasons_and_nothing_is_lost(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _write_pairs(raw, n_good=40)
+    task = PrepareDataset(profile="smoke", run_root=str(tmp_path / "runs"), dataset="pairs", raw_dir=str(raw))
+    result, _ = build([task])
+    # 5 bad rows of 45 exceed the smoke budget (5%): the run stops with a clear message
+    assert result.status == luigi.execution_summary.LuigiStatusCode.FAILED
+    assert not task.complete()
+    # the same input goes through once the user raises the budget
+    lenient = PrepareDataset(
+        profile="smoke", run_root=str(tmp_path / "runs"), dataset="pairs", raw_dir=str(raw), reject_budget=0.2
+    )
+    result, _ = build([lenient])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+
+
+def test_bad_input_below_budget_goes_on_and_counts_each_reason(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _write_pairs(raw, n_good=200)
+    task = PrepareDataset(profile="smoke", run_root=str(tmp_path / "runs"), dataset="pairs", raw_dir=str(raw))
+    result, _ = build([task])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    out = task.output_dir()
+    report = json.loads((out / "dataset_report.json").read_text())
+    assert report["n_input"] == 205 and report["n_kept"] == 200
+    assert report["rejects_by_reason"] == {
+        "missing_image": 1,
+        "not_an_image": 1,
+        "empty_text": 1,
+        "whitespace_text": 1,
+        "duplicate_pair_id": 1,
+    }
+    rejects = pd.read_csv(out / "rejects.csv")
+    assert sorted(rejects["pair_id"]) == sorted(["missing", "html", "empty", "blank", "p2"])
+    manifest = pd.read_parquet(out / "manifest.parquet")
+    images = np.load(out / "images.npy")
+    # every surviving pair keeps its own text and image
+    p5 = manifest.set_index("pair_id").loc["p5"]
+    assert p5["text"] == "story number 5 about things"
+    original = np.asarray(Image.open(raw / "img5.png").convert("RGB"))
+    assert images[p5["cache_row"]].shape == (32, 32, 3)
+    assert abs(float(images[p5["cache_row"]].mean()) - float(original.mean())) < 3.0

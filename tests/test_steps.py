@@ -1,0 +1,147 @@
+"""The plain functions behind the tasks, on tiny data, without Luigi."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.base import stable_hash
+from pipeline.io import atomic_directory
+from pipeline.profiles import Doc2VecSettings, WordVectorSettings
+from pipeline.steps.doc2vec import document_vectors, infer_vectors, train_doc2vec
+from pipeline.steps.neighbors import annoy_neighbor_table, exact_neighbors, recall_against_exact
+from pipeline.steps.splits import assign_splits
+from pipeline.steps.text import PAD, UNK, encode_texts, tokenize
+from pipeline.steps.word_vectors import train_word_vectors
+from pipeline.variants import VARIANTS, resolve_variant
+
+
+def test_splits_are_80_10_10_and_stable_when_data_is_added():
+    ids = [f"pair-{i}" for i in range(5000)]
+    first = assign_splits(pd.DataFrame({"pair_id": ids}))
+    shares = first["split"].value_counts(normalize=True)
+    assert abs(shares["train"] - 0.8) < 0.02 and abs(shares["val"] - 0.1) < 0.015
+    grown = assign_splits(pd.DataFrame({"pair_id": ids[::-1] + [f"new-{i}" for i in range(1000)]}))
+    merged = first.merge(grown, on="pair_id", suffixes=("_old", "_new"))
+    assert (merged["split_old"] == merged["split_new"]).all()
+
+
+def test_splits_keep_groups_together_and_respect_given_splits():
+    frame = pd.DataFrame(
+        {
+            "pair_id": [f"c{i}" for i in range(300)],
+            "group_id": [f"img{i // 5}" for i in range(300)],
+            "split": [None] * 295 + ["test"] * 5,
+        }
+    )
+    out = assign_splits(frame)
+    assert (out.groupby("group_id")["split"].nunique() == 1).all()
+    assert (out["split"].iloc[-5:] == "test").all()
+
+
+def test_tokenize_and_encode():
+    assert tokenize("The U.S. Supreme Court's ruling, 2019!") == [
+        "the",
+        "u",
+        "s",
+        "supreme",
+        "court's",
+        "ruling",
+        "2019",
+    ]
+    ids, lengths = encode_texts([["a", "b", "zzz"], [], ["b"] * 10], {"a": 2, "b": 3}, max_tokens=4)
+    assert ids.tolist() == [[2, 3, UNK, PAD], [UNK, PAD, PAD, PAD], [3, 3, 3, 3]]
+    assert lengths.tolist() == [3, 1, 4]
+
+
+def _topic_corpus(n: int = 300) -> list[list[str]]:
+    rng = np.random.default_rng(0)
+    topics = [
+        ["court", "judge", "ruling", "justice", "appeal", "verdict"],
+        ["border", "wall", "migrants", "asylum", "visa", "patrol"],
+    ]
+    background = ["the", "news", "said", "on", "in", "a", "of", "today"]
+    return [list(rng.choice(topics[i % 2], size=10)) + list(rng.choice(background, size=6)) for i in range(n)]
+
+
+def _same_topic_gap(vectors: np.ndarray, offset: int) -> float:
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    topic = (np.arange(len(vectors)) + offset) % 2
+    same = topic[:, None] == topic[None, :]
+    return float(similarity[same].mean() - similarity[~same].mean())
+
+
+def test_doc2vec_is_reproducible_and_separates_topics():
+    corpus = _topic_corpus()
+    train, other = corpus[:250], corpus[250:]
+    settings = Doc2VecSettings(vector_size=16, window=3, min_count=2, epochs=40, infer_epochs=40)
+    model_a = train_doc2vec(train, settings, seed=3)
+    model_b = train_doc2vec(train, settings, seed=3)
+    train_a, other_a = document_vectors(model_a, train, other, settings.infer_epochs)
+    train_b, other_b = document_vectors(model_b, train, other, settings.infer_epochs)
+    np.testing.assert_array_equal(train_a, train_b)
+    np.testing.assert_array_equal(other_a, other_b)
+    # an inferred vector depends on its text only, not on what was inferred before it
+    np.testing.assert_array_equal(infer_vectors(model_a, other[1:2], 40)[0], other_a[1])
+    assert _same_topic_gap(train_a, 0) > 0.5
+    assert _same_topic_gap(other_a, 250) > 0.5
+
+
+def test_doc2vec_guards_empty_vocabulary():
+    with pytest.raises(ValueError, match="lower doc2vec min_count"):
+        train_doc2vec([["one"], ["two"]], Doc2VecSettings(min_count=20), seed=0)
+
+
+def test_word_vectors_vocabulary_from_train_only():
+    corpus = _topic_corpus()
+    vocab, matrix = train_word_vectors(
+        corpus, WordVectorSettings(vector_size=8, min_count=2, epochs=2), seed=0
+    )
+    assert set(vocab) == {w for doc in corpus for w in doc}
+    assert min(vocab.values()) == 2 and matrix.shape == (len(vocab) + 2, 8)
+    assert not matrix[PAD].any() and matrix[UNK].any()
+
+
+def test_annoy_table_excludes_self_and_matches_exact_search():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(300, 8)).astype(np.float32)
+    table = annoy_neighbor_table(vectors, k=10, n_trees=30, seed=0)
+    assert table.neighbors.shape == (300, 10)
+    assert not (table.neighbors == np.arange(300)[:, None]).any()
+    recall = recall_against_exact(vectors, table.neighbors, n_queries=100)
+    assert recall["recall_at_k"] > 0.9
+    assert table.settings["metric"] == "angular" and table.settings["n_trees"] == 30
+    exact = exact_neighbors(vectors, np.arange(3), 10)
+    assert set(exact[0]) == set(exact_neighbors(vectors, np.array([0]), 10)[0])
+
+
+def test_annoy_table_caps_k_at_n_minus_one():
+    vectors = np.eye(4, dtype=np.float32) + 0.01
+    table = annoy_neighbor_table(vectors, k=200, n_trees=5)
+    assert table.neighbors.shape == (4, 3) and table.settings["k"] == 3
+
+
+def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
+    final = tmp_path / "out"
+    with pytest.raises(RuntimeError), atomic_directory(final) as work:
+        (work / "half.txt").write_text("x")
+        raise RuntimeError("killed")
+    assert not final.exists()
+    with atomic_directory(final, resume=True) as work:
+        assert (work / "half.txt").exists(), "a resumable task finds what the killed run left"
+    assert (final / "half.txt").exists()
+
+
+def test_stable_hash_ignores_key_order():
+    assert stable_hash({"a": 1, "b": [1, 2]}) == stable_hash({"b": [1, 2], "a": 1})
+    assert stable_hash({"a": 1}) != stable_hash({"a": 2})
+
+
+def test_variant_overrides_change_only_the_named_loss():
+    spec = resolve_variant("ours", {"within_modality": {"alpha": 0.7}})
+    assert spec["losses"][1]["params"]["alpha"] == 0.7
+    assert VARIANTS["ours"].losses[1].params["alpha"] == 0.2, "the registry entry is not mutated"
+    with pytest.raises(KeyError, match="does not match"):
+        resolve_variant("ang_np_sym", {"within_modality": {"alpha": 0.7}})
