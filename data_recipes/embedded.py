@@ -858,7 +858,7 @@ def _injected_counts(n_pairs: int, boilerplate_share: float, near_duplicate_shar
 
 
 def _check_options(
-    n_pairs: int, image_size: int, boilerplate_share: float, near_duplicate_share: float
+    n_pairs: int, seed: int, image_size: int, boilerplate_share: float, near_duplicate_share: float
 ) -> None:
     if not 0 <= boilerplate_share <= 0.5 or not 0 <= near_duplicate_share <= 0.5:
         raise ValueError(
@@ -874,8 +874,66 @@ def _check_options(
             f"{n_near} near-duplicate copies need at least as many originals, but only {n_original} remain; "
             "lower near_duplicate_share or boilerplate_share"
         )
+    if seed < 0:
+        raise ValueError(f"seed={seed} must be a non-negative integer")
     if image_size < 16:
         raise ValueError(f"image_size={image_size} is too small to draw a motif; use 16 or more (default 64)")
+
+
+Row = dict[str, str | None]
+
+
+def _original_rows(n_original: int, rng: np.random.Generator) -> list[Row]:
+    """Pairs of a uniformly drawn topic, a motif drawn from the topic's motif shares, and a news text."""
+    rows: list[Row] = []
+    for _ in range(n_original):
+        topic = _pick(rng, TOPICS)
+        motif = _draw_motif(topic, rng)
+        text = _news_text(topic, motif, rng)
+        rows.append({"topic": topic, "motif": motif, "text": text, "kind": "original", "dup_cluster": None})
+    return rows
+
+
+def _add_near_duplicates(rows: list[Row], n_copies: int, rng: np.random.Generator) -> int:
+    """Append ``n_copies`` republished copies of randomly chosen originals; returns the number of clusters."""
+    sizes = _cluster_sizes(n_copies, rng)
+    sources = rng.choice(len(rows), size=len(sizes), replace=False)
+    for cluster, (source, cluster_copies) in enumerate(zip(sources.tolist(), sizes, strict=True)):
+        original = rows[source]
+        original["dup_cluster"] = f"nd-{cluster:04d}"
+        topic = str(original["topic"])
+        for _ in range(cluster_copies):
+            # a republished story keeps its topic but runs with a picture of its own
+            rows.append(
+                {
+                    "topic": topic,
+                    "motif": _draw_motif(topic, rng),
+                    "text": _near_duplicate(str(original["text"]), rng),
+                    "kind": "near_duplicate",
+                    "dup_cluster": original["dup_cluster"],
+                }
+            )
+    return len(sizes)
+
+
+def _add_boilerplate(rows: list[Row], n_boilerplate: int, rng: np.random.Generator) -> int:
+    """Append ``n_boilerplate`` pairs of a site notice and a picture of a random topic; returns the number
+    of notices used. Every notice used appears at least twice, so it is a duplicate cluster."""
+    n_notices = min(len(BOILERPLATE_TEXTS), n_boilerplate // 2)
+    notices = [k % n_notices for k in range(2 * n_notices)]
+    notices += rng.integers(0, n_notices, n_boilerplate - len(notices)).tolist() if n_notices else []
+    for notice in notices:
+        topic = _pick(rng, TOPICS)
+        rows.append(
+            {
+                "topic": topic,
+                "motif": _draw_motif(topic, rng),
+                "text": BOILERPLATE_TEXTS[notice],
+                "kind": "boilerplate",
+                "dup_cluster": f"bp-{notice}",
+            }
+        )
+    return n_notices
 
 
 def build(
@@ -896,58 +954,14 @@ def build(
     cluster with its original, else None), ``kind`` (original / boilerplate / near_duplicate) and ``motif``.
     """
     del raw_dir
-    _check_options(n_pairs, image_size, boilerplate_share, near_duplicate_share)
+    _check_options(n_pairs, seed, image_size, boilerplate_share, near_duplicate_share)
     rng = np.random.default_rng([seed, GENERATOR_VERSION])
     n_boilerplate, n_near = _injected_counts(n_pairs, boilerplate_share, near_duplicate_share)
     n_original = n_pairs - n_boilerplate - n_near
 
-    rows: list[dict[str, str | None]] = []
-    for _ in range(n_original):
-        topic = _pick(rng, TOPICS)
-        motif = _draw_motif(topic, rng)
-        rows.append(
-            {
-                "topic": topic,
-                "motif": motif,
-                "text": _news_text(topic, motif, rng),
-                "kind": "original",
-                "dup_cluster": None,
-            }
-        )
-
-    sizes = _cluster_sizes(n_near, rng)
-    sources = rng.choice(n_original, size=len(sizes), replace=False)
-    for cluster, (source, n_copies) in enumerate(zip(sources.tolist(), sizes, strict=True)):
-        original = rows[source]
-        original["dup_cluster"] = f"nd-{cluster:04d}"
-        for _ in range(n_copies):
-            # a republished story keeps its topic but runs with a picture of its own
-            rows.append(
-                {
-                    "topic": original["topic"],
-                    "motif": _draw_motif(str(original["topic"]), rng),
-                    "text": _near_duplicate(str(original["text"]), rng),
-                    "kind": "near_duplicate",
-                    "dup_cluster": original["dup_cluster"],
-                }
-            )
-
-    # every boilerplate cluster gets at least two pairs, so it is a duplicate cluster by construction
-    n_notices = min(len(BOILERPLATE_TEXTS), n_boilerplate // 2)
-    notices = [k % n_notices for k in range(2 * n_notices)]
-    notices += rng.integers(0, n_notices, n_boilerplate - len(notices)).tolist() if n_notices else []
-    for notice in notices:
-        topic = _pick(rng, TOPICS)
-        rows.append(
-            {
-                "topic": topic,
-                "motif": _draw_motif(topic, rng),
-                "text": BOILERPLATE_TEXTS[notice],
-                "kind": "boilerplate",
-                "dup_cluster": f"bp-{notice}",
-            }
-        )
-
+    rows = _original_rows(n_original, rng)
+    n_clusters = _add_near_duplicates(rows, n_near, rng)
+    n_notices = _add_boilerplate(rows, n_boilerplate, rng)
     rows = [rows[i] for i in rng.permutation(len(rows)).tolist()]
     image_dir = Path(work_dir) / "images"
     image_dir.mkdir(parents=True, exist_ok=True)
@@ -981,7 +995,7 @@ def build(
         "n_original": n_original,
         "n_near_duplicate": n_near,
         "n_boilerplate": n_boilerplate,
-        "n_near_duplicate_clusters": len(sizes),
+        "n_near_duplicate_clusters": n_clusters,
         "n_boilerplate_clusters": n_notices,
     }
     return RecipeResult(manifest=manifest, image_root=None, ground_truth=ground_truth, notes=notes)

@@ -106,7 +106,8 @@ def enforce_reject_budget(n_input: int, rejects: pd.DataFrame, budget: float) ->
     raise RejectBudgetExceeded(
         f"rejected {n_rejected} of {n_input} input pairs ({share:.1%}), more than the reject budget of "
         f"{budget:.1%}. Per reason: {per_reason}. Look at the rejects table to fix the input; if these "
-        f"losses are expected, raise the `reject_budget` parameter (e.g. reject_budget={min(1.0, share + 0.01):.2f})."
+        f"losses are expected, raise the `reject_budget` parameter "
+        f"(e.g. reject_budget={min(1.0, share + 0.01):.2f})."
     )
 
 
@@ -127,6 +128,8 @@ def _check_text(value: object) -> tuple[str | None, str, str]:
                 "invalid_utf8",
                 f"bytes do not decode as UTF-8 ({error.reason} at byte {error.start})",
             )
+    if isinstance(value, int | float | np.number) and not isinstance(value, bool):
+        value = str(value)  # a caption like "1984" that a CSV reader parsed as a number
     if not isinstance(value, str):
         return None, "invalid_utf8", f"text is a {type(value).__name__}, not a string"
     try:
@@ -197,7 +200,7 @@ def _sniff(path: Path) -> str:
 def _to_rgb(image: Image.Image) -> Image.Image:
     """Convert any decoded mode to 8-bit RGB: 16-bit scaled (not clipped), alpha flattened on white."""
     if image.mode == "RGB":
-        return image.copy()
+        return image
     if image.mode in _SIXTEEN_BIT_MODES:
         # 65535 / 257 == 255 exactly, so the full 16-bit range maps onto the full 8-bit range.
         values = np.asarray(image).astype(np.float64)
@@ -252,8 +255,9 @@ def load_image_rgb(
                 if draft_size is not None and opened.format == "JPEG":
                     opened.draft(opened.mode, (draft_size, draft_size))
                 opened.load()
-                oriented = _apply_exif_orientation(opened)
-                return _to_rgb(oriented)
+                _apply_exif_orientation(opened)
+                # The pixels are loaded, so the image stays usable after the file is closed.
+                return _to_rgb(opened)
     except ImageRejected:
         raise
     except Image.DecompressionBombError as error:
@@ -270,13 +274,13 @@ def load_image_rgb(
         raise ImageRejected("unreadable_image", f"{type(error).__name__}: {error}") from error
 
 
-def _apply_exif_orientation(image: Image.Image) -> Image.Image:
-    """Apply the EXIF orientation tag; a corrupt EXIF block leaves the pixels as stored.
+def _apply_exif_orientation(image: Image.Image) -> None:
+    """Apply the EXIF orientation tag in place; a corrupt EXIF block leaves the pixels as stored.
 
     A broken EXIF block is common in scraped images and says nothing about the pixels, so it is
     not a reason to lose the pair.
     """
     try:
-        return ImageOps.exif_transpose(image)
+        ImageOps.exif_transpose(image, in_place=True)
     except (ValueError, SyntaxError, OSError, KeyError, TypeError, struct.error):
-        return image
+        pass

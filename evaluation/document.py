@@ -121,7 +121,12 @@ class Document:
             elif kind == "table":
                 table: Table = value
                 rows = [[_html_data_cell(cell) for cell in row] for row in table.rows]
-                body.append(_html_table(table.headers, rows, table.caption, "data"))
+                words = (
+                    {i for i, cell in enumerate(table.rows[0]) if not _NUMERIC.fullmatch(cell)}
+                    if rows
+                    else set()
+                )
+                body.append(_html_table(table.headers, rows, table.caption, "data", words))
             elif kind == "gallery":
                 gallery: Gallery = value
                 rows = [[f"<td>{_html_cell(cell)}</td>" for cell in row] for row in gallery.rows]
@@ -134,13 +139,13 @@ class Document:
             "p.caption{font-style:italic;margin-top:0.3em;font-size:95%}"
             "pre{background:#f6f6f6;padding:8px;overflow-x:auto}figure{margin:1em 0}"
             "figure img{max-width:100%}figcaption{font-style:italic;font-size:90%}"
-            "table.data td.text{text-align:left}code{background:#f3f3f3;padding:0 3px}"
+            "table.data td.text,table.data th.text{text-align:left}code{background:#f3f3f3;padding:0 3px}"
             "table.gallery td{vertical-align:top;text-align:left;font-size:85%}"
             ".item{display:block;margin:2px 0 6px;padding:3px;border:2px solid transparent}"
             f".item.picture{{display:inline-block;vertical-align:top;width:{THUMBNAIL_DISPLAY_PX + 10}px;"
             "margin-right:6px}.item.marked{border-color:#2a2}"
             f".item img{{width:{THUMBNAIL_DISPLAY_PX}px;height:{THUMBNAIL_DISPLAY_PX}px;"
-            "image-rendering:pixelated;display:block}.note{color:#666;font-size:90%}"
+            "image-rendering:pixelated;display:block}.note{color:#666;font-size:90%}.pictures{white-space:nowrap}"
         )
         return (
             f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
@@ -185,7 +190,9 @@ def _html_cell(items: list[GalleryItem]) -> str:
             inner += f'<div class="note">{"✓ " if item.marked else ""}{html.escape(item.note)}</div>'
         classes = "item" + (" picture" if item.image else "") + (" marked" if item.marked else "")
         parts.append(f'<div class="{classes}">{inner}</div>')
-    return "".join(parts)
+    # thumbnails of one cell stay on one row (a query's top-k side by side)
+    pictures = bool(items) and all(item.image for item in items)
+    return f'<div class="pictures">{"".join(parts)}</div>' if pictures else "".join(parts)
 
 
 def _inline_code(escaped: str) -> str:
@@ -202,9 +209,18 @@ def _html_data_cell(cell: str) -> str:
     return f"<td>{escaped}</td>" if _NUMERIC.fullmatch(cell) else f'<td class="text">{escaped}</td>'
 
 
-def _html_table(headers: list[str], rows: list[list[str]], caption: str, css_class: str) -> str:
-    """``rows`` hold cells that are already HTML ``<td>`` elements."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+def _html_table(
+    headers: list[str],
+    rows: list[list[str]],
+    caption: str,
+    css_class: str,
+    text_columns: set[int] = frozenset(),
+) -> str:
+    """``rows`` hold cells that are already HTML ``<td>`` elements; ``text_columns`` get left-aligned headers."""
+    head = "".join(
+        ('<th class="text">' if i in text_columns else "<th>") + f"{html.escape(h)}</th>"
+        for i, h in enumerate(headers)
+    )
     body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
     # a <caption> wraps to the table's width, which squeezes long captions under narrow tables
     caption_html = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""

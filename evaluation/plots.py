@@ -16,6 +16,8 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 DPI = 100
+#: score-distribution panels per row, so many methods wrap instead of shrinking
+PANELS_PER_ROW = 3
 # fixed PNG metadata, so the same numbers give the same bytes whatever matplotlib version draws them
 _PNG_METADATA = {"Software": None}
 
@@ -74,10 +76,15 @@ def plot_score_distributions(
     """
     if not distributions:
         raise ValueError("plot_score_distributions needs at least one method's distribution")
-    figure = Figure(figsize=(4.0 * len(distributions), 3.6))
-    panels = np.atleast_1d(figure.subplots(1, len(distributions), sharex=True, sharey=True))
+    n_columns = min(len(distributions), PANELS_PER_ROW)
+    n_rows = -(-len(distributions) // n_columns)
+    figure = Figure(figsize=(4.0 * n_columns, 3.4 * n_rows))
+    grid = np.atleast_1d(figure.subplots(n_rows, n_columns, sharex=True, sharey=True)).reshape(-1)
+    for unused in grid[len(distributions) :]:
+        unused.set_visible(False)
+    panels = grid[: len(distributions)]
     occupied_low, occupied_high = np.inf, -np.inf
-    for axes, (label, result) in zip(panels, distributions.items(), strict=True):
+    for index, (axes, (label, result)) in enumerate(zip(panels, distributions.items(), strict=True)):
         centres = np.asarray(result["bin_centres"], dtype=np.float64)
         counts = np.asarray(result["counts"], dtype=np.float64)
         if counts.ndim != 2 or counts.shape[1] != centres.size:
@@ -89,6 +96,9 @@ def plot_score_distributions(
         axes.plot(centres, result["p95"], color="tab:orange", linewidth=1.5)
         axes.set_title(f"{label} ({counts.shape[0]} queries)", fontsize="medium")
         axes.set_xlabel("similarity to the query")
+        axes.tick_params(labelbottom=True)
+        if index % n_columns == 0:
+            axes.set_ylabel("gallery items in bin")
         axes.grid(alpha=0.3)
         axes.autoscale_view()
         used = np.flatnonzero(counts.sum(axis=0) > 0)
@@ -99,7 +109,6 @@ def plot_score_distributions(
     if np.isfinite(occupied_low):
         # similarities rarely span [-1, 1]; zoom on the bins any method uses
         panels[0].set_xlim(occupied_low, occupied_high)
-    panels[0].set_ylabel("gallery items in bin")
     panels[0].legend(loc="upper left", fontsize="small")
     figure.tight_layout()
     return _save(figure, path)

@@ -745,6 +745,12 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
         proximity = _proximity(doc, inputs.qualitative, figure_dir)
         _examples(doc, inputs.qualitative)
         qualitative = _qualitative_payload(inputs.qualitative, proximity)
+    elif inputs.runs:
+        doc.heading("Figs. 5–6 — qualitative comparison")
+        doc.paragraph(
+            f"Not drawn: they compare `{OURS_VARIANT}` with `{BASELINE_VARIANT}`, which must both run with a "
+            "common seed."
+        )
     cocos_table = _cocos(doc, inputs.cocos)
     _training_and_data(doc, inputs, summary)
 

@@ -37,6 +37,10 @@ class BatchSampler:
     * ``"extra_rows"``: batches of ``batch_size`` anchors plus their neighbours encoded as extra rows
       (twice the encoder work of the baseline).
 
+    With ``group_ids`` (and no neighbour table) batches are filled group by group — every member of a
+    group, then the next group, in a shuffled group order — so losses that need several positives per
+    query (SmoothAP, Struc with ground-truth groups) see them; each pair still comes once per epoch.
+
     Every mode yields ``ceil(n_train / batch_size)`` batches per epoch, so epochs are comparable.
     """
 
@@ -47,6 +51,7 @@ class BatchSampler:
         rng: np.random.Generator,
         neighbors: np.ndarray | None = None,
         neighbor_mode: str = "in_batch",
+        group_ids: np.ndarray | None = None,
     ) -> None:
         if batch_size < 2:
             raise ValueError(f"batch_size must be at least 2 for in-batch negatives, got {batch_size}")
@@ -64,6 +69,9 @@ class BatchSampler:
         self.rng = rng
         self.neighbors = neighbors
         self.neighbor_mode = neighbor_mode
+        self.group_ids = None if group_ids is None else np.asarray(group_ids)
+        if self.group_ids is not None and len(self.group_ids) != len(self.train_positions):
+            raise ValueError("group_ids must give one group per train pair")
         self._order = np.empty(0, dtype=np.int64)
         self._cursor = 0
 
@@ -92,6 +100,12 @@ class BatchSampler:
             taken.append(chunk)
         return np.concatenate(taken)
 
+    def _group_order(self) -> np.ndarray:
+        """Train indices, members of one group adjacent, groups and members in shuffled order."""
+        shuffled = self.rng.permutation(len(self.group_ids))
+        group_rank = self.rng.permutation(int(self.group_ids.max()) + 1)
+        return shuffled[np.argsort(group_rank[self.group_ids[shuffled]], kind="stable")]
+
     def _sample_neighbors(self, anchors: np.ndarray, taken: set[int]) -> np.ndarray:
         """One uniformly drawn table neighbour per anchor, re-drawn (a few times) if already in the batch."""
         k = self.neighbors.shape[1]
@@ -107,11 +121,12 @@ class BatchSampler:
     def epoch(self) -> Iterator[Batch]:
         n = len(self.train_positions)
         if self.neighbors is None:
-            self._order = self.rng.permutation(n)
+            self._order = self.rng.permutation(n) if self.group_ids is None else self._group_order()
             self._cursor = n
             for start in range(0, n, self.batch_size):
                 chunk = self._order[start : start + self.batch_size]
-                if len(chunk) >= 2:
+                # a batch of one group has no negatives (e.g. the last few captions of one image): skip it
+                if len(chunk) >= 2 and (self.group_ids is None or np.ptp(self.group_ids[chunk]) > 0):
                     yield Batch(rows=self.train_positions[chunk], n_main=len(chunk))
             return
         n_anchors = self.batch_size // 2 if self.neighbor_mode == "in_batch" else self.batch_size

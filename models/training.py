@@ -27,6 +27,7 @@ from models.losses import Loss
 if TYPE_CHECKING:  # the pipeline's profile dataclass; models never import the pipeline at run time
     from pipeline.profiles import TrainSettings
 
+NEIGHBOR_KEYWORDS = frozenset({"neighbor_image", "neighbor_text", "neighbor_of"})
 LAST_CHECKPOINT = "checkpoint_last.pt"
 BEST_CHECKPOINT = "model_best.pt"
 HISTORY_FILE = "history.csv"
@@ -101,7 +102,14 @@ class Trainer:
         device: torch.device | None = None,
         progress: bool | None = None,
     ) -> None:
-        needs_neighbors = [loss.name for loss in losses if loss.needs & {"neighbor_image", "neighbor_text"}]
+        needs_neighbors = [loss.name for loss in losses if loss.needs & NEIGHBOR_KEYWORDS]
+        needs_groups = [loss.name for loss in losses if "group_mates" in loss.needs]
+        group_ids = np.array(data.group_ids, dtype=np.int64)
+        if needs_groups and np.bincount(group_ids[np.asarray(train_positions)]).max() < 2:
+            raise ValueError(
+                f"losses {needs_groups} need several pairs per group (e.g. the 5 captions of a COCO image), "
+                "but every train group has one pair: use a dataset with group_id, or another loss"
+            )
         if needs_neighbors and neighbors is None:
             raise ValueError(
                 f"losses {needs_neighbors} need sampled semantic neighbours but no neighbour table was given: "
@@ -110,21 +118,28 @@ class Trainer:
         self.device = device or pick_device()
         self.model = model.to(self.device)
         self.losses = [loss.to(self.device) for loss in losses]
-        # validation loss: the parts every variant shares (neighbour-free), so variants are comparable
-        self.val_losses = [loss for loss in self.losses if not loss.needs]
+        # validation loss: the neighbour-free parts, which every variant shares, so variants are comparable
+        self.val_losses = [loss for loss in self.losses if not loss.needs & NEIGHBOR_KEYWORDS]
+        if not self.val_losses:
+            raise ValueError(
+                f"every loss of {[loss.name for loss in losses]} needs sampled neighbours, so no validation loss "
+                "can be computed: add a cross-modal loss (e.g. angular), as Eq. 8 does"
+            )
         self.data = data
-        self.val_positions = np.asarray(val_positions)
+        # group members adjacent, so validation batches hold group mates too
+        self.val_positions = np.asarray(val_positions)[np.argsort(group_ids[val_positions], kind="stable")]
         self.settings = settings
         self.seed = seed
         self.work_dir = Path(work_dir)
         self.progress = progress
-        self.group_ids = torch.from_numpy(np.array(data.group_ids, dtype=np.int64))
+        self.group_ids = torch.from_numpy(group_ids)
         self.sampler = BatchSampler(
             np.asarray(train_positions),
             settings.batch_size,
             np.random.default_rng(seed),
             neighbors if needs_neighbors else None,
             settings.neighbor_mode,
+            group_ids=group_ids[np.asarray(train_positions)] if needs_groups else None,
         )
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
@@ -165,8 +180,8 @@ class Trainer:
         totals, weights = 0.0, 0
         for start in range(0, len(positions), self.settings.batch_size):
             rows = positions[start : start + self.settings.batch_size]
-            if len(rows) < 2:
-                continue
+            if len(rows) < 2 or not bool((self.group_ids[rows] != self.group_ids[rows[0]]).any()):
+                continue  # no in-batch negative
             batch = Batch(rows=rows, n_main=len(rows))
             inputs = loss_inputs(self._encode(rows, train=False), batch, self.group_ids[rows].to(self.device))
             parts = compute_losses(self.val_losses, inputs)

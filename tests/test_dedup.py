@@ -33,7 +33,7 @@ def mutate(text: str, n_changes: int, rng: np.random.Generator) -> str:
 
 
 def corpus_with_planted_duplicates(seed: int = 0) -> tuple[list[str], list[str], dict[str, int]]:
-    """200 random 20-word texts; 20 of them get 1-3 near copies (one word changed, case and punctuation noise)."""
+    """200 random 20-word texts; 20 get 1-3 near copies (a word changed, case and punctuation noise)."""
     rng = np.random.default_rng(seed)
     texts = random_texts(200, seed, words=20)
     ids = [f"doc{i:04d}" for i in range(len(texts))]
@@ -58,7 +58,8 @@ def test_shingles_normalise_case_and_punctuation_and_short_texts_use_their_words
 @pytest.mark.parametrize(("num_perm", "seed", "shingle_size"), [(128, 1, 3), (64, 7, 2)])
 def test_signatures_equal_datasketch_minhash_exactly(monkeypatch, num_perm, seed, shingle_size):
     monkeypatch.setattr(dedup, "_BATCH_SHINGLES", 50)  # force many batches, incl. boundaries mid-corpus
-    texts = random_texts(150, seed=3, words=8) + ["", "Hi", "a b", "Ünïcödé wörds, here and there", "x " * 40]
+    odd_texts = ["", "Hi", "a b", "Ünïcödé wörds, here and there", "x " * 40]
+    texts = random_texts(150, seed=3, words=8) + odd_texts
     signatures = minhash_signatures(texts, num_perm=num_perm, seed=seed, shingle_size=shingle_size)
     assert signatures.shape == (len(texts), num_perm)
     for text, row in zip(texts, signatures, strict=True):

@@ -178,7 +178,13 @@ def test_topic_is_guessed_from_text_better_than_from_motif_better_than_chance(bu
 
 @pytest.mark.parametrize(
     "options",
-    [{"n_pairs": 5}, {"boilerplate_share": 0.7}, {"near_duplicate_share": -0.1}, {"image_size": 8}],
+    [
+        {"n_pairs": 5},
+        {"seed": -1},
+        {"boilerplate_share": 0.7},
+        {"near_duplicate_share": -0.1},
+        {"image_size": 8},
+    ],
 )
 def test_build_rejects_unusable_options(tmp_path: Path, options: dict) -> None:
     with pytest.raises(ValueError):

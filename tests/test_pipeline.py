@@ -99,7 +99,7 @@ def test_changing_a_loss_weight_reruns_only_that_variant(smoke_run):
     )
     result, ran = build([changed])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
-    assert ran.families() == ["Evaluate", "FullRun", "Report", "Train"]
+    assert ran.families() == ["Cocos", "Evaluate", "FullRun", "Report", "Train"]
     assert {t.variant for t in ran.ran if isinstance(t, Train)} == {"ours"}
     after = {p.parent for p in Path(root).glob(f"*/*/{META_FILE}")}
     assert before <= after, "an ablation never overwrites an earlier result"

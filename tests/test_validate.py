@@ -1,4 +1,4 @@
-"""Ingestion validation: every bad input is rejected with the right reason, every good pair survives intact."""
+"""Ingestion validation: every bad input is rejected with its reason, every good pair survives intact."""
 
 from __future__ import annotations
 
@@ -86,8 +86,8 @@ def write_placeholder(path: Path) -> Path:
 def test_validate_records_rejects_each_bad_row_with_its_reason_and_normalises_whitespace():
     manifest = pd.DataFrame(
         {
-            "pair_id": ["a", "b", "c", "d", "e", "f", "a", "g", "h", None, "b", "i"],
-            "image_path": [f"/img/{i}.jpg" for i in range(12)],
+            "pair_id": ["a", "b", "c", "d", "e", "f", "a", "g", "h", None, "b", "i", "j"],
+            "image_path": [f"/img/{i}.jpg" for i in range(13)],
             "text": [
                 "A photo\tof a\n\ncat",  # kept, whitespace normalised
                 "",  # empty_text
@@ -101,6 +101,7 @@ def test_validate_records_rejects_each_bad_row_with_its_reason_and_normalises_wh
                 "no id",  # missing_pair_id
                 "b again, good text",  # duplicate_pair_id even though the first 'b' was rejected
                 "  plain  ",  # kept
+                1984,  # a caption a CSV reader parsed as a number: kept as '1984'
             ],
         },
         dtype=object,
@@ -129,9 +130,9 @@ def test_validate_records_rejects_each_bad_row_with_its_reason_and_normalises_wh
     ]
     assert rejects["reason"].isin(REJECT_REASONS).all()
     assert len(kept) + len(rejects) == len(manifest)
-    assert kept["pair_id"].tolist() == ["a", "h", "i"]
-    assert kept["text"].tolist() == ["A photo of a cat", "café", "plain"]
-    assert kept["image_path"].tolist() == ["/img/0.jpg", "/img/8.jpg", "/img/11.jpg"]
+    assert kept["pair_id"].tolist() == ["a", "h", "i", "j"]
+    assert kept["text"].tolist() == ["A photo of a cat", "café", "plain", "1984"]
+    assert kept["image_path"].tolist() == ["/img/0.jpg", "/img/8.jpg", "/img/11.jpg", "/img/12.jpg"]
 
 
 # ---------------------------------------------------------------- image checks

@@ -19,6 +19,9 @@ Keywords (all optional except ``image`` and ``text``; a loss guards the ones it 
     ``LongTensor[M]``; group id of each neighbour row, so that a batch row holding the same item is never
     used as its negative.
 
+A loss whose ``needs`` holds ``"group_mates"`` only works when batches hold several rows per group (SmoothAP,
+Struc with ground-truth groups); the trainer then fills batches group by group.
+
 Rows may come from several processes (gathered and concatenated); nothing here assumes one device batch.
 """
 
@@ -43,8 +46,8 @@ class Loss(nn.Module):
     """Base class: subclasses set ``name`` through :func:`register_loss` and implement ``forward``."""
 
     name: ClassVar[str] = ""
-    #: keywords this loss needs besides ``image`` and ``text``; the trainer uses it to decide whether
-    #: neighbours must be sampled for the batch.
+    #: keywords this loss needs besides ``image`` and ``text`` (and ``"group_mates"``); the trainer uses it to
+    #: decide whether neighbours must be sampled and whether batches are filled group by group.
     needs: ClassVar[frozenset[str]] = frozenset()
 
     def forward(self, **embeddings: Tensor) -> LossOutput:  # pragma: no cover - interface

@@ -58,6 +58,8 @@ class SmoothAp(Loss):
     whether it is zero (C^0).
     """
 
+    needs = frozenset({"group_mates"})
+
     def __init__(self, temperature: float = 0.01, diagnostic_eps: float = COCOS_EPS) -> None:
         super().__init__()
         if temperature <= 0:

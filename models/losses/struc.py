@@ -91,6 +91,8 @@ class Struc(Loss):
         if group_source == "neighbors":
             # per instance: only this configuration makes the trainer sample neighbours
             self.needs = frozenset(NEIGHBOUR_KEYWORDS)
+        else:
+            self.needs = frozenset({"group_mates"})
 
     def _violations(
         self,

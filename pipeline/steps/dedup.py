@@ -37,6 +37,8 @@ _BATCH_SHINGLES = 65_536
 # signature rows, 1 KiB at 128 permutations).
 _PAIRS_PER_CHUNK = 1_000_000
 _VERIFY_PAIRS = 65_536
+# Rows hashed per step (a column-major uint64 copy of the slab is made).
+_HASH_ROWS = 65_536
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _PUNCTUATION = re.compile(r"[^\w\s]|_")
@@ -74,7 +76,7 @@ def _fmix32(values: np.ndarray) -> np.ndarray:
 
 
 def _sha1_hash32(shingles: Sequence[str]) -> np.ndarray:
-    """``datasketch.hashfunc.sha1_hash32`` of each shingle's UTF-8 bytes (first 4 digest bytes, little-endian)."""
+    """datasketch's ``sha1_hash32`` of each shingle's UTF-8 bytes (first 4 SHA-1 bytes, little-endian)."""
     digests = b"".join(hashlib.sha1(s.encode("utf-8")).digest()[:4] for s in shingles)
     return np.frombuffer(digests, dtype="<u4").astype(np.uint32)
 
@@ -127,27 +129,50 @@ def _is_empty_signature(signatures: np.ndarray) -> np.ndarray:
     return np.all(signatures == EMPTY_HASH, axis=1)
 
 
-def _row_hash64(block: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each row of a uint32 block (FNV-style over words, then MurmurHash3's fmix64).
+def _fold_words(columns: np.ndarray) -> np.ndarray:
+    """FNV-style fold of uint64 word rows [k, n] into n values (equal columns give equal values)."""
+    folded = np.full(columns.shape[1], _FNV_OFFSET, dtype=np.uint64)
+    for word in columns:
+        folded ^= word
+        folded *= _FNV_PRIME
+    return folded
 
-    Equal rows always get equal hashes. A band-hash collision only adds a candidate that
-    verification drops; a full-signature collision (odds about N^2 / 2^65) could hide one row
+
+def _fmix64(values: np.ndarray) -> np.ndarray:
+    values = values ^ (values >> np.uint64(33))
+    values = values * np.uint64(0xFF51AFD7ED558CCD)
+    values = values ^ (values >> np.uint64(33))
+    values = values * np.uint64(0xC4CEB9FE1A85EC53)
+    return values ^ (values >> np.uint64(33))
+
+
+def _signature_hashes(
+    signatures: np.ndarray, bands: int, rows_per_band: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """64-bit hashes of each signature's LSH bands [N, bands] and of the whole signature [N].
+
+    Equal bands always get equal hashes. A band-hash collision only adds a candidate that
+    verification drops; a whole-signature collision (odds about N^2 / 2^65) could hide one row
     behind another's representative, which is negligible at any corpus size here.
     """
-    hashed = np.full(block.shape[0], _FNV_OFFSET, dtype=np.uint64)
-    for column in range(block.shape[1]):
-        hashed ^= block[:, column].astype(np.uint64)
-        hashed *= _FNV_PRIME
-    hashed ^= hashed >> np.uint64(33)
-    hashed *= np.uint64(0xFF51AFD7ED558CCD)
-    hashed ^= hashed >> np.uint64(33)
-    hashed *= np.uint64(0xC4CEB9FE1A85EC53)
-    return hashed ^ (hashed >> np.uint64(33))
+    n_rows = len(signatures)
+    band_hashes = np.empty((n_rows, bands), dtype=np.uint64)
+    whole = np.empty(n_rows, dtype=np.uint64)
+    for start in range(0, n_rows, _HASH_ROWS):
+        # One column-major copy of a slab of rows: every word pass then reads contiguous memory.
+        columns = np.ascontiguousarray(signatures[start : start + _HASH_ROWS].T, dtype=np.uint64)
+        stop = start + columns.shape[1]
+        for band in range(bands):
+            band_hashes[start:stop, band] = _fmix64(
+                _fold_words(columns[band * rows_per_band : (band + 1) * rows_per_band])
+            )
+        whole[start:stop] = _fmix64(_fold_words(columns))
+    return band_hashes, whole
 
 
 def _pairs_in_runs(keys: np.ndarray, rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Every pair of ``rows`` that share a key, as (left, right) arrays, in chunks of bounded size."""
-    order = np.argsort(keys, kind="stable")
+    order = np.argsort(keys)
     sorted_keys, sorted_rows = keys[order], rows[order]
     boundaries = np.flatnonzero(np.diff(sorted_keys)) + 1
     starts = np.concatenate(([0], boundaries))
@@ -250,12 +275,9 @@ class DedupIndex:
         self.signatures = (
             new_signatures if first_new == 0 else np.concatenate([self.signatures, new_signatures])
         )
-        bands = [
-            _row_hash64(new_signatures[:, band * self.rows_per_band : (band + 1) * self.rows_per_band])
-            for band in range(self.bands)
-        ]
-        self._band_hashes = np.concatenate([self._band_hashes, np.stack(bands, axis=1)])
-        self._signature_hashes = np.concatenate([self._signature_hashes, _row_hash64(new_signatures)])
+        band_hashes, whole = _signature_hashes(new_signatures, self.bands, self.rows_per_band)
+        self._band_hashes = np.concatenate([self._band_hashes, band_hashes])
+        self._signature_hashes = np.concatenate([self._signature_hashes, whole])
         return first_new
 
     def _candidates(self, first_new: int) -> np.ndarray:
@@ -336,7 +358,7 @@ class DedupIndex:
         return self._clusters_from(self._component_labels())
 
     def save(self, path: str | Path) -> None:
-        """Write signatures, pair ids, verified duplicate links and settings to ``path`` (.npz), atomically."""
+        """Write signatures, pair ids, verified links and settings to ``path`` (.npz), atomically."""
         path = Path(path)
         if path.suffix != ".npz":
             raise ValueError(f"a DedupIndex is saved as .npz, got {path}")

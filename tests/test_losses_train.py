@@ -1,0 +1,80 @@
+"""Every registered loss trains one epoch on the smoke pipeline's data without NaN."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import luigi
+import numpy as np
+import pytest
+import torch
+
+from models.encoders import build_model
+from models.losses import LOSSES, build_loss
+from models.training import PairData, Trainer, pick_device
+from pipeline import NeighborTables, PrepareDataset, Split, TrainWordVectors
+from pipeline.profiles import SMOKE
+from pipeline.steps.image_cache import load_image_cache
+from pipeline.steps.text import encode_texts, tokenize
+from pipeline.tasks.data import IMAGE_CACHE, integer_group_ids, read_manifest
+from pipeline.tasks.representations import NEIGHBORS
+from pipeline.tasks.training import encoder_config, load_pair_data
+from tests.fixtures.recipes.make_fixtures import make_fixture
+
+pytestmark = pytest.mark.slow
+SETTINGS = replace(SMOKE.train, epochs=1)
+NEIGHBOR_KEYWORDS = {"neighbor_image", "neighbor_text", "neighbor_of"}
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    """The smoke pipeline up to the neighbour tables (what Train reads)."""
+    common = {"profile": "smoke", "run_root": str(tmp_path_factory.mktemp("runs"))}
+    tasks = [Split(**common), PrepareDataset(**common), TrainWordVectors(**common), NeighborTables(**common)]
+    assert luigi.build(tasks, local_scheduler=True, log_level="WARNING")
+    split, prepared, words, neighbors = (t.output_dir() for t in tasks)
+    data, manifest = load_pair_data(split, prepared, words, SETTINGS.max_text_tokens)
+    vectors = np.load(words / "word_vectors.npy")
+    positions = {name: np.flatnonzero(manifest["split"].to_numpy() == name) for name in ("train", "val")}
+    return data, vectors, positions, np.load(neighbors / NEIGHBORS)
+
+
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory):
+    """The COCO-format fixture (several captions per image) through PrepareDataset, for group losses."""
+    raw = make_fixture("coco", tmp_path_factory.mktemp("coco_raw"))
+    task = PrepareDataset(profile="smoke", run_root=str(tmp_path_factory.mktemp("runs")), dataset="coco",
+                          raw_dir=str(raw))
+    assert luigi.build([task], local_scheduler=True, log_level="WARNING")
+    manifest = read_manifest(task.output_dir())
+    token_lists = [tokenize(text) for text in manifest["text"]]
+    vocab = {word: i + 2 for i, word in enumerate(sorted({w for tokens in token_lists for w in tokens}))}
+    tokens, lengths = encode_texts(token_lists, vocab, SETTINGS.max_text_tokens)
+    data = PairData(load_image_cache(task.output_dir() / IMAGE_CACHE), manifest["cache_row"].to_numpy(),
+                    tokens, lengths, integer_group_ids(manifest).to_numpy())
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(scale=0.1, size=(len(vocab) + 2, SMOKE.word_vectors.vector_size)).astype(np.float32)
+    everything = np.arange(len(manifest))
+    return data, vectors, {"train": everything, "val": everything}, None
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_each_loss_trains_one_smoke_epoch_without_nan(name, embedded, grouped, tmp_path):
+    loss = build_loss(name)
+    data, vectors, positions, table = grouped if "group_mates" in loss.needs else embedded
+    model_name = "pvse" if name.startswith("pvse") else "vse"
+    losses = [loss]
+    if loss.needs & NEIGHBOR_KEYWORDS:  # within-modality terms are used beside a cross-modal loss (Eq. 8)
+        losses.insert(0, build_loss("pvse_mil" if model_name == "pvse" else "angular"))
+    torch.manual_seed(0)
+    model = build_model(model_name, encoder_config(SMOKE, len(vectors)), vectors)
+    trainer = Trainer(model, losses, data, positions["train"], positions["val"], SETTINGS, 0, Path(tmp_path),
+                      neighbors=table if loss.needs & NEIGHBOR_KEYWORDS else None, device=pick_device(),
+                      progress=False)
+    history = trainer.fit().history
+    assert len(history) == 1
+    logged = [key for key in history[0] if key.startswith(f"train_{name}.")]
+    assert logged, f"{name} logged no sub-loss"
+    for key, value in history[0].items():
+        assert np.isfinite(value), f"{name}: {key} = {value}"
