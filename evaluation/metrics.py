@@ -2,9 +2,15 @@
 
 Conventions shared by every function here:
 
-* Embeddings are ``[n, d]`` float arrays. Cross-modal functions expect L2-normalised rows (similarity =
-  dot product) and refuse rows whose norm is not 1; within-modality neighbour functions use cosine
-  similarity and normalise themselves (a Doc2Vec reference space is not normalised).
+* Embeddings are ``[n, d]`` float arrays (one embedding per item) or ``[n, K, d]`` (K embeddings per
+  item, as PVSE gives). Every score between two items comes from :func:`cross_modal_scores`: the dot
+  product for ``[n, d]``, and for ``[n, K, d]`` PVSE's multiple-instance similarity, the maximum dot
+  product over the K x K' pairs of the two items' embeddings (Song & Soleymani 2019; ``mil_similarity``
+  in ``models/losses/pvse_mil.py``). An ``[n, 1, d]`` array is treated as the ``[n, d]`` array it holds,
+  so K = 1 gives exactly the single-embedding numbers. Cross-modal functions expect L2-normalised
+  embeddings (each of the K, for ``[n, K, d]``) and refuse any whose norm is not 1; within-modality
+  neighbour functions use cosine similarity (for ``[n, K, d]``: the same maximum over the K x K pairs of
+  cosines) and normalise themselves (a Doc2Vec reference space is not normalised).
 * Row ``i`` of ``image`` is paired with row ``i`` of ``text`` unless a function takes ``text_to_image``.
 * ``group_ids`` (any hashable labels, one per row) mark rows that hold the same item, e.g. the pairs of one
   COCO image; rows of one group are never used as each other's negatives.
@@ -33,8 +39,14 @@ _UNIT_NORM_TOLERANCE = 1e-3
 
 def _as_embeddings(x: np.ndarray, name: str) -> np.ndarray:
     array = np.asarray(x, dtype=np.float64)
-    if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
-        raise ValueError(f"{name} must be a non-empty [n, d] array of embeddings, got shape {array.shape}")
+    if array.ndim == 3 and array.shape[1] == 1:
+        # one embedding per item: the single-embedding case, so K = 1 runs the very same [n, d] code
+        array = array[:, 0, :]
+    if array.ndim not in (2, 3) or 0 in array.shape:
+        raise ValueError(
+            f"{name} must be a non-empty [n, d] array of embeddings, or [n, K, d] with K embeddings per item "
+            f"(PVSE), got shape {array.shape}"
+        )
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} contains NaN or inf; check the encoder output before evaluating")
     return array
@@ -42,20 +54,21 @@ def _as_embeddings(x: np.ndarray, name: str) -> np.ndarray:
 
 def _as_unit_embeddings(x: np.ndarray, name: str) -> np.ndarray:
     array = _as_embeddings(x, name)
-    norms = np.linalg.norm(array, axis=1)
-    worst = int(np.argmax(np.abs(norms - 1.0)))
+    norms = np.linalg.norm(array, axis=-1)
+    worst = np.unravel_index(int(np.argmax(np.abs(norms - 1.0))), norms.shape)
     if abs(norms[worst] - 1.0) > _UNIT_NORM_TOLERANCE:
+        where = f"row {worst[0]}" + (f" embedding {worst[1]}" if len(worst) == 2 else "")
         raise ValueError(
-            f"{name} row {worst} has L2 norm {norms[worst]:.4f}; similarity here is the dot product, so "
-            f"L2-normalise the embeddings first (x / np.linalg.norm(x, axis=1, keepdims=True))"
+            f"{name} {where} has L2 norm {norms[worst]:.4f}; similarity here is the dot product, so "
+            f"L2-normalise the embeddings first (x / np.linalg.norm(x, axis=-1, keepdims=True))"
         )
     return array
 
 
 def _l2_normalise(x: np.ndarray, name: str) -> np.ndarray:
     array = _as_embeddings(x, name)
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
-    zero_rows = np.flatnonzero(norms[:, 0] == 0)
+    norms = np.linalg.norm(array, axis=-1, keepdims=True)
+    zero_rows = np.flatnonzero((norms == 0).reshape(array.shape[0], -1).any(axis=1))
     if zero_rows.size:
         raise ValueError(
             f"{name} rows {zero_rows[:5].tolist()} have zero norm, so cosine similarity is undefined; "
@@ -73,11 +86,45 @@ def _check_same_rows(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> 
 
 
 def _check_same_width(image: np.ndarray, text: np.ndarray) -> None:
-    if image.shape[1] != text.shape[1]:
+    if image.shape[-1] != text.shape[-1]:
         raise ValueError(
-            f"image embeddings are {image.shape[1]}-d but text embeddings are {text.shape[1]}-d; both "
+            f"image embeddings are {image.shape[-1]}-d but text embeddings are {text.shape[-1]}-d; both "
             f"modalities must be projected into the same joint space"
         )
+
+
+def _embedding_sets(x: np.ndarray) -> np.ndarray:
+    """``[n, K, d]`` view of embeddings; an ``[n, d]`` array is the K = 1 case."""
+    return x if x.ndim == 3 else x[:, None, :]
+
+
+def cross_modal_scores(query: np.ndarray, gallery: np.ndarray) -> np.ndarray:
+    """``[n_query, n_gallery]`` float64 similarity of every query item to every gallery item.
+
+    For ``[n, d]`` inputs this is the dot product ``query @ gallery.T``. For ``[n, K, d]`` inputs (K
+    embeddings per item) it is PVSE's multiple-instance similarity (Song & Soleymani 2019, Sec. 3.2;
+    the score its ranking loss and retrieval use): ``s(q, g) = max_{k, l} <query[q, k], gallery[g, l]>``,
+    the best-matching pair of the two items' embeddings. An ``[n, d]`` side counts as K = 1, and an
+    ``[n, 1, d]`` side is reduced to ``[n, d]``, so K = 1 reproduces the dot product bit for bit. The same
+    rule serves within one modality (query and gallery both images, or both texts).
+
+    The caller bounds the ``[n_query, n_gallery]`` result (every function here passes row chunks); the
+    K x K' pair scores behind it are computed in query-row chunks of about ``_CHUNK_ENTRIES`` entries.
+    """
+    query = _as_embeddings(query, "query")
+    gallery = _as_embeddings(gallery, "gallery")
+    _check_same_width(query, gallery)
+    if query.ndim == 2 and gallery.ndim == 2:
+        return query @ gallery.T
+    query_sets, gallery_sets = _embedding_sets(query), _embedding_sets(gallery)
+    n_query, query_k, width = query_sets.shape
+    n_gallery, gallery_k = gallery_sets.shape[:2]
+    flat_gallery = gallery_sets.reshape(n_gallery * gallery_k, width)
+    scores = np.empty((n_query, n_gallery), dtype=np.float64)
+    for rows in _chunk_rows(n_query, query_k * n_gallery * gallery_k):
+        pair_scores = query_sets[rows].reshape(-1, width) @ flat_gallery.T
+        scores[rows] = pair_scores.reshape(-1, query_k, n_gallery, gallery_k).max(axis=(1, 3))
+    return scores
 
 
 def _group_codes(group_ids: Sequence | np.ndarray | None, n: int) -> np.ndarray:
@@ -140,7 +187,7 @@ def _n_way_hits(
     hits = np.empty(n, dtype=bool)
     for rows in _chunk_rows(n, n):
         distractors = _draw_distractors(groups, rows, n_distractors, rng)
-        scores = query[rows] @ gallery.T
+        scores = cross_modal_scores(query[rows], gallery)
         local = np.arange(rows.stop - rows.start)
         paired = scores[local, local + rows.start]
         best_distractor = np.take_along_axis(scores, distractors, axis=1).max(axis=1)
@@ -162,7 +209,8 @@ def n_way_recall_at_1(
     Every test image (I→T) and every test text (T→I) is a query. Its candidates are its paired item plus
     ``n_way - 1`` distractors drawn uniformly without replacement from the *non-paired* test items of the
     other modality (items sharing the query's ``group_ids`` label are excluded too). A query is a hit when
-    the paired item's dot product is strictly higher than every distractor's; a tie is a miss.
+    the paired item's score (:func:`cross_modal_scores`: dot product, or for ``[n, K, d]`` embeddings the
+    PVSE max over the K x K pairs) is strictly higher than every distractor's; a tie is a miss.
 
     The draw is repeated ``redraws`` times (independent draws per redraw and direction, all derived from
     ``seed``). Returns ``i2t`` / ``t2i`` (mean over redraws), ``*_per_draw``, ``*_std`` (sample std over
@@ -232,7 +280,9 @@ def _top_k_membership(similarity: np.ndarray, k: int) -> np.ndarray:
 def nearest_neighbour_mask(embeddings: np.ndarray, k: int, rows: slice | None = None) -> np.ndarray:
     """``[len(rows), n]`` mask of each sample's ``k`` nearest *other* samples by cosine similarity.
 
-    Ties are broken by the lower sample index. ``rows`` selects the query rows (default: all).
+    For ``[n, K, d]`` embeddings the similarity of two samples is the largest cosine over the K x K pairs
+    of their embeddings (the PVSE rule of :func:`cross_modal_scores`, applied within one modality). Ties
+    are broken by the lower sample index. ``rows`` selects the query rows (default: all).
     """
     unit = _l2_normalise(embeddings, "embeddings")
     n = unit.shape[0]
@@ -243,7 +293,7 @@ def nearest_neighbour_mask(embeddings: np.ndarray, k: int, rows: slice | None = 
 
 
 def _neighbour_mask_of_unit(unit: np.ndarray, k: int, rows: slice) -> np.ndarray:
-    similarity = unit[rows] @ unit.T
+    similarity = cross_modal_scores(unit[rows], unit)
     local = np.arange(similarity.shape[0])
     similarity[local, local + rows.start] = -np.inf  # a sample is not its own neighbour
     return _top_k_membership(similarity, k)
@@ -255,8 +305,9 @@ def neighbour_preservation(learned: np.ndarray, reference: np.ndarray, k: int) -
     Thomas & Kovashka (ECCV 2020), Sec. 4.3 / Table 3: for each sample ``s_i`` of one modality,
     ``|Psi_M(s_i) ∩ Psi_Omega(s_i)| / |Psi_Omega(s_i)|`` where ``Psi`` is the set of the ``k`` nearest
     *other* samples by cosine similarity, computed within the given set (the test split) in the learned
-    space M (``learned``) and the reference space Omega (``reference``, e.g. Doc2Vec). Ties are broken by
-    the lower sample index. The paper uses k = 200; ``k`` is capped at ``n - 1`` and both values are
+    space M (``learned``) and the reference space Omega (``reference``, e.g. Doc2Vec). For ``[n, K, d]``
+    learned embeddings (PVSE) the within-modality similarity is the largest cosine over the K x K pairs of
+    two samples' embeddings, the rule PVSE retrieves by. Ties are broken by the lower sample index. The paper uses k = 200; ``k`` is capped at ``n - 1`` and both values are
     reported. Returns ``mean``, ``k_used``, ``k_requested``, ``per_sample`` (float array ``[n]``).
     """
     learned_unit = _l2_normalise(learned, "learned")
@@ -304,7 +355,7 @@ def _rank_statistics(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per query: the 1-based rank of its best positive, and AP@map_k over its positives.
 
-    Ranking is by dot product, descending; a negative that ties a positive is ranked above it. The j-th
+    Ranking is by :func:`cross_modal_scores`, descending; a negative that ties a positive is ranked above it. The j-th
     best positive (j = 1, 2, ...) therefore sits at position ``j + #{negatives scoring >= it}``.
     AP@k = sum over positives within the top k of (j / position_j), divided by min(#positives, k).
     """
@@ -313,7 +364,7 @@ def _rank_statistics(
     best_rank = np.empty(n_query, dtype=np.int64)
     average_precision = np.empty(n_query, dtype=np.float64)
     for rows in _chunk_rows(n_query, n_gallery * (width + 1)):
-        scores = query[rows] @ gallery.T
+        scores = cross_modal_scores(query[rows], gallery)
         table = positives[rows]
         valid = table >= 0
         positive_scores = np.take_along_axis(scores, np.where(valid, table, 0), axis=1)
@@ -375,7 +426,8 @@ def full_ranking_metrics(
     1-based and a negative tying a positive is ranked above it. R@K = share of queries with rank <= K
     (a fraction, not a percentage); mAP@k averages AP@k = sum_{j: pos_j <= k} (j / pos_j) / min(P, k)
     over queries, for a query with P positives whose j-th best sits at position pos_j. ``rsum`` is the
-    conventional sum of all R@K in percent. ``return_ranks`` adds the per-query ranks.
+    conventional sum of all R@K in percent. ``return_ranks`` adds the per-query ranks. Scores are those
+    of :func:`cross_modal_scores` (dot product; PVSE max over K x K pairs for ``[n, K, d]`` embeddings).
     """
     image = _as_unit_embeddings(image, "image")
     text = _as_unit_embeddings(text, "text")
@@ -464,7 +516,8 @@ def precision_recall(
 ) -> dict:
     """Global precision-recall over all test image-text scores, and PR-AUC (Veit & Wilber, Sec. 4.3).
 
-    Every (image row, text row) dot product is one scored retrieval; positives are the pairs (i == j), or
+    Every (image row, text row) score of :func:`cross_modal_scores` (dot product, or the PVSE max over
+    K x K pairs for ``[n, K, d]`` embeddings) is one scored retrieval; positives are the pairs (i == j), or
     all rows sharing a ``group_ids`` label. Retrieving every score >= t gives precision P(t) and recall
     R(t); thresholds are swept from high to low with tied scores entering together. PR-AUC is the
     step-wise *average precision* AP = sum_n (R_n - R_{n-1}) P_n (no interpolation; the definition of
@@ -484,7 +537,7 @@ def precision_recall(
         raise ValueError(f"max_curve_points must be >= 2 or None, got {max_curve_points}")
     groups = _group_codes(group_ids, image.shape[0])
 
-    scores = image @ text.T
+    scores = cross_modal_scores(image, text)
     positive_scores = np.sort(scores[groups[:, None] == groups[None, :]])
     all_scores = np.sort(scores, axis=None)
     thresholds = np.unique(positive_scores)[::-1]
@@ -549,7 +602,7 @@ def score_distribution(
     chosen = np.sort(rng.choice(query.shape[0], size=min(n_queries, query.shape[0]), replace=False))
     counts = np.zeros((chosen.size, n_bins), dtype=np.int64)
     for rows in _chunk_rows(chosen.size, gallery.shape[0]):
-        scores = np.clip(query[chosen[rows]] @ gallery.T, edges[0], edges[-1])
+        scores = np.clip(cross_modal_scores(query[chosen[rows]], gallery), edges[0], edges[-1])
         # the right edge belongs to the last bin, as in np.histogram
         bin_index = np.minimum(np.searchsorted(edges, scores, side="right") - 1, n_bins - 1)
         offsets = np.arange(bin_index.shape[0])[:, None] * n_bins
@@ -577,7 +630,7 @@ def topic_precision_at_k(
     gallery_topics: Sequence | np.ndarray,
     k: int,
 ) -> float:
-    """Mean over queries of the share of its top-``k`` gallery items (by dot product) with its topic.
+    """Mean over queries of the share of its top-``k`` gallery items (by :func:`cross_modal_scores`) with its topic.
 
     For cross-modal use pass images as queries and texts as gallery, or the reverse. Ties for the last
     places in the top k are broken by the lower gallery index.
@@ -599,7 +652,7 @@ def topic_precision_at_k(
 
     same_topic_share = np.empty(query.shape[0], dtype=np.float64)
     for rows in _chunk_rows(query.shape[0], gallery.shape[0]):
-        top_k = _top_k_membership(query[rows] @ gallery.T, int(k))
+        top_k = _top_k_membership(cross_modal_scores(query[rows], gallery), int(k))
         same_topic = query_codes[rows, None] == gallery_codes[None, :]
         same_topic_share[rows] = (top_k & same_topic).sum(axis=1) / k
     return float(same_topic_share.mean())
@@ -634,6 +687,15 @@ def sample_neighbour_pairs(neighbour_table: np.ndarray, n: int, seed: int) -> np
     return pairs[np.sort(chosen)]
 
 
+def _paired_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise Euclidean distance; for embedding sets, the smallest over the K x K' pairs of row p."""
+    if a.ndim == 2 and b.ndim == 2:
+        return np.linalg.norm(a - b, axis=1)
+    a_sets, b_sets = _embedding_sets(a), _embedding_sets(b)
+    pair_distances = np.linalg.norm(a_sets[:, :, None, :] - b_sets[:, None, :, :], axis=-1)
+    return pair_distances.min(axis=(1, 2))
+
+
 def proximity_ratios(
     ours_a: np.ndarray, ours_b: np.ndarray, base_a: np.ndarray, base_b: np.ndarray
 ) -> np.ndarray:
@@ -641,7 +703,10 @@ def proximity_ratios(
 
     Row p of ``ours_a`` / ``ours_b`` are the two samples of pair p embedded by our model, row p of
     ``base_a`` / ``base_b`` the same samples embedded by the baseline; distance is Euclidean between the
-    L2-normalised embeddings. A ratio below 1 means our model keeps the pair closer than the baseline.
+    L2-normalised embeddings. For ``[n, K, d]`` embeddings (PVSE) the distance of two items follows the
+    max-over-pairs rule of :func:`cross_modal_scores`: the smallest Euclidean distance over the K x K pairs
+    of their L2-normalised embeddings (= sqrt(2 - 2 s) with s the best pair's cosine). Our model and the
+    baseline may have different K. A ratio below 1 means our model keeps the pair closer than the baseline.
     The result is aligned with the pairs; :func:`smallest_ratios_first` orders them for the figure.
     A pair at distance 0 under the baseline gets ``inf`` (or ``nan`` when also 0 under ours).
     """
@@ -653,8 +718,8 @@ def proximity_ratios(
         _check_same_rows(arrays[0], array, "ours_a", name)
     _check_same_width(arrays[0], arrays[1])
     _check_same_width(arrays[2], arrays[3])
-    ours = np.linalg.norm(arrays[0] - arrays[1], axis=1)
-    base = np.linalg.norm(arrays[2] - arrays[3], axis=1)
+    ours = _paired_distance(arrays[0], arrays[1])
+    base = _paired_distance(arrays[2], arrays[3])
     with np.errstate(divide="ignore", invalid="ignore"):
         return ours / base
 

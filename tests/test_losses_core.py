@@ -465,7 +465,7 @@ def test_losses_are_registered_under_their_file_names():
         {"neighbor_image", "neighbor_text", "neighbor_of"}
     )
     assert build_loss("struc", group_source="neighbors").needs == build_loss("within_modality").needs
-    assert build_loss("struc").needs == frozenset()
+    assert build_loss("struc").needs == frozenset({"group_mates"})
 
 
 def test_within_modality_defaults_to_the_paper_weights_of_its_form():

@@ -235,7 +235,10 @@ class WithinModality(Loss):
             image, text, group_ids, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids
         )
         summary: dict[str, Tensor] = {}
-        for name, _weight, anchors, positives, pool in modalities:
+        for name, weight, anchors, positives, pool in modalities:
+            if weight == 0:  # a switched-off term (Table 4 ablations) sends no gradient to any negative
+                summary.update(contribution_summary(name, anchors.new_zeros(anchors.shape[0], dtype=torch.long)))
+                continue
             if self.form == "angular":
                 counts = angular_npair_contributions(
                     anchors, positives, pool, mask, self.angular_form, self.tan_sq, self.cocos_eps

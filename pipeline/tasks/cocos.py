@@ -13,6 +13,7 @@ import torch
 from evaluation.metrics import cocos_summary
 from models.batching import BatchSampler
 from models.losses import build_loss
+from models.losses.base import Loss
 from models.training import BEST_CHECKPOINT, PairData, loss_inputs, pick_device
 from pipeline.base import HashedTask
 from pipeline.io import write_json
@@ -47,10 +48,17 @@ def collect_cocos(
 ) -> dict[str, dict[str, Any]]:
     """One pass of ``sampler`` (an epoch of training-size batches, neighbours sampled as in training) through
     the frozen ``model`` (eval mode: no dropout, no flips); per loss, :func:`cocos_summary` of the
-    per-batch ``diagnostics()`` of that loss. Losses that report no diagnostics are left out.
+    per-batch ``diagnostics()`` of that loss. Losses that report no diagnostics are left out; the model may
+    give ``[B, D]`` or, as PVSE does, ``[B, K, D]`` embeddings (each loss reads what it was trained on).
     """
+    # a loss that keeps the base class's diagnostics() reports nothing, so when no loss overrides it (e.g.
+    # the PVSE losses) the pass over the training set is skipped: its result would be empty anyway
+    losses = [loss for loss in losses if type(loss).diagnostics is not Loss.diagnostics]
+    if not losses:
+        return {}
     model.eval()
-    group_ids = torch.from_numpy(np.asarray(data.group_ids, dtype=np.int64))
+    # a copy: group ids may be a read-only array (pandas copy-on-write), which torch.from_numpy would share
+    group_ids = torch.tensor(np.asarray(data.group_ids, dtype=np.int64))
     per_loss: dict[str, list[dict[str, np.ndarray]]] = {loss.name: [] for loss in losses}
     for batch in sampler.epoch():
         images = data.image_batch(batch.rows, image_size).to(device)
