@@ -114,6 +114,34 @@ class ImageEncoder(nn.Module):
         return F.normalize(self.project(self.pooled_features(images)), dim=-1)
 
 
+def word_embedding(vocab_size: int, word_dim: int, word_vectors: np.ndarray | None) -> nn.Embedding:
+    """Embedding table initialised from dataset-trained word vectors (Xavier without them); row 0 = padding."""
+    embedding = nn.Embedding(vocab_size, word_dim, padding_idx=0)
+    if word_vectors is not None:
+        if word_vectors.shape != (vocab_size, word_dim):
+            raise ValueError(
+                f"word_vectors shape {word_vectors.shape} != (vocab_size, word_dim) = {(vocab_size, word_dim)}"
+            )
+        with torch.no_grad():
+            embedding.weight.copy_(torch.from_numpy(np.asarray(word_vectors, dtype=np.float32)))
+    else:
+        nn.init.xavier_uniform_(embedding.weight)
+    with torch.no_grad():
+        embedding.weight[0].zero_()
+    return embedding
+
+
+def xavier_gru(input_size: int, hidden: int, bidirectional: bool) -> nn.GRU:
+    """A batch-first GRU with Xavier weights and zero biases (paper §3.3: Xavier init of new layers)."""
+    gru = nn.GRU(input_size, hidden, batch_first=True, bidirectional=bidirectional)
+    for param_name, param in gru.named_parameters():
+        if "weight" in param_name:
+            nn.init.xavier_uniform_(param)
+        else:
+            nn.init.zeros_(param)
+    return gru
+
+
 class TextEncoder(nn.Module):
     """Word embeddings (initialised from dataset-trained vectors) -> GRU -> linear -> L2 norm."""
 
@@ -126,24 +154,8 @@ class TextEncoder(nn.Module):
         word_vectors: np.ndarray | None = None,
     ) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, word_dim, padding_idx=0)
-        if word_vectors is not None:
-            if word_vectors.shape != (vocab_size, word_dim):
-                raise ValueError(
-                    f"word_vectors shape {word_vectors.shape} != (vocab_size, word_dim) = {(vocab_size, word_dim)}"
-                )
-            with torch.no_grad():
-                self.embedding.weight.copy_(torch.from_numpy(np.asarray(word_vectors, dtype=np.float32)))
-        else:
-            nn.init.xavier_uniform_(self.embedding.weight)
-        with torch.no_grad():
-            self.embedding.weight[0].zero_()
-        self.gru = nn.GRU(word_dim, hidden, batch_first=True)
-        for param_name, param in self.gru.named_parameters():
-            if "weight" in param_name:
-                nn.init.xavier_uniform_(param)
-            else:
-                nn.init.zeros_(param)
+        self.embedding = word_embedding(vocab_size, word_dim, word_vectors)
+        self.gru = xavier_gru(word_dim, hidden, bidirectional=False)
         self.project = xavier_linear(hidden, embed_dim)
 
     def final_state(self, tokens: Tensor, lengths: Tensor) -> Tensor:

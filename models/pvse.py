@@ -22,7 +22,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from models.encoders import EncoderConfig, ImageEncoder, register_model, xavier_linear
+from models.encoders import (
+    EncoderConfig,
+    ImageEncoder,
+    register_model,
+    word_embedding,
+    xavier_gru,
+    xavier_linear,
+)
 
 PieOutput = tuple[Tensor, Tensor, Tensor]  # (embeddings [B, K, D], residuals [B, K, D], attention [B, K, N])
 
@@ -124,24 +131,8 @@ class PvseTextEncoder(nn.Module):
         word_vectors: np.ndarray | None = None,
     ) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, word_dim, padding_idx=0)
-        if word_vectors is not None:
-            if word_vectors.shape != (vocab_size, word_dim):
-                raise ValueError(
-                    f"word_vectors shape {word_vectors.shape} != (vocab_size, word_dim) = {(vocab_size, word_dim)}"
-                )
-            with torch.no_grad():
-                self.embedding.weight.copy_(torch.from_numpy(np.asarray(word_vectors, dtype=np.float32)))
-        else:
-            nn.init.xavier_uniform_(self.embedding.weight)
-        with torch.no_grad():
-            self.embedding.weight[0].zero_()
-        self.gru = nn.GRU(word_dim, hidden, batch_first=True, bidirectional=True)
-        for param_name, param in self.gru.named_parameters():
-            if "weight" in param_name:
-                nn.init.xavier_uniform_(param)
-            else:
-                nn.init.zeros_(param)
+        self.embedding = word_embedding(vocab_size, word_dim, word_vectors)
+        self.gru = xavier_gru(word_dim, hidden, bidirectional=True)
         self.project = xavier_linear(2 * hidden, embed_dim)
         self.dropout = nn.Dropout(dropout)
         self.pie = PolysemousInstanceEmbedding(

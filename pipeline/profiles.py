@@ -115,7 +115,9 @@ SMOKE = Profile(
     name="smoke",
     dataset_options={"n_pairs": 360},
     image_cache_size=32,
-    doc2vec=Doc2VecSettings(vector_size=32, window=5, min_count=2, hs=0, negative=5, epochs=10, infer_epochs=10),
+    doc2vec=Doc2VecSettings(
+        vector_size=32, window=5, min_count=2, hs=0, negative=5, epochs=10, infer_epochs=10
+    ),
     word_vectors=WordVectorSettings(vector_size=32, min_count=2, epochs=3),
     neighbors=NeighborSettings(k=20, n_trees=10, recall_queries=50),
     train=replace(

@@ -105,7 +105,8 @@ def resolve_variant(name: str, overrides: dict[str, Any] | None = None) -> dict[
     """The variant as a plain dict, with ``overrides`` applied.
 
     ``overrides`` maps a loss name to parameters to change, e.g. ``{"within_modality": {"alpha": 0.5}}``,
-    or ``"neighbor_source"`` / ``"model_options"`` to their new values.
+    ``"neighbor_source"`` / ``"model_options"`` to their new values, or ``"train"`` to training settings
+    of this variant only, e.g. ``{"train": {"neighbor_mode": "extra_rows"}}``.
     """
     if name not in VARIANTS:
         raise KeyError(f"unknown variant {name!r}; available: {sorted(VARIANTS)}")
@@ -115,6 +116,8 @@ def resolve_variant(name: str, overrides: dict[str, Any] | None = None) -> dict[
             spec[key] = value
         elif key == "model_options":
             spec["model_options"].update(value)
+        elif key == "train":
+            spec["train"] = dict(value)
         else:
             matching = [loss for loss in spec["losses"] if loss["name"] == key]
             if not matching:

@@ -44,15 +44,21 @@ def embedded(tmp_path_factory):
 def grouped(tmp_path_factory):
     """The COCO-format fixture (several captions per image) through PrepareDataset, for group losses."""
     raw = make_fixture("coco", tmp_path_factory.mktemp("coco_raw"))
-    task = PrepareDataset(profile="smoke", run_root=str(tmp_path_factory.mktemp("runs")), dataset="coco",
-                          raw_dir=str(raw))
+    task = PrepareDataset(
+        profile="smoke", run_root=str(tmp_path_factory.mktemp("runs")), dataset="coco", raw_dir=str(raw)
+    )
     assert luigi.build([task], local_scheduler=True, log_level="WARNING")
     manifest = read_manifest(task.output_dir())
     token_lists = [tokenize(text) for text in manifest["text"]]
     vocab = {word: i + 2 for i, word in enumerate(sorted({w for tokens in token_lists for w in tokens}))}
     tokens, lengths = encode_texts(token_lists, vocab, SETTINGS.max_text_tokens)
-    data = PairData(load_image_cache(task.output_dir() / IMAGE_CACHE), manifest["cache_row"].to_numpy(),
-                    tokens, lengths, integer_group_ids(manifest).to_numpy())
+    data = PairData(
+        load_image_cache(task.output_dir() / IMAGE_CACHE),
+        manifest["cache_row"].to_numpy(),
+        tokens,
+        lengths,
+        integer_group_ids(manifest).to_numpy(),
+    )
     rng = np.random.default_rng(0)
     vectors = rng.normal(scale=0.1, size=(len(vocab) + 2, SMOKE.word_vectors.vector_size)).astype(np.float32)
     everything = np.arange(len(manifest))
@@ -68,10 +74,20 @@ def test_each_loss_trains_one_smoke_epoch_without_nan(name, embedded, grouped, t
     if loss.needs & NEIGHBOR_KEYWORDS:  # within-modality terms are used beside a cross-modal loss (Eq. 8)
         losses.insert(0, build_loss("pvse_mil" if model_name == "pvse" else "angular"))
     torch.manual_seed(0)
-    model = build_model(model_name, encoder_config(SMOKE, len(vectors)), vectors)
-    trainer = Trainer(model, losses, data, positions["train"], positions["val"], SETTINGS, 0, Path(tmp_path),
-                      neighbors=table if loss.needs & NEIGHBOR_KEYWORDS else None, device=pick_device(),
-                      progress=False)
+    model = build_model(model_name, encoder_config(SETTINGS, vectors), vectors)
+    trainer = Trainer(
+        model,
+        losses,
+        data,
+        positions["train"],
+        positions["val"],
+        SETTINGS,
+        0,
+        Path(tmp_path),
+        neighbors=table if loss.needs & NEIGHBOR_KEYWORDS else None,
+        device=pick_device(),
+        progress=False,
+    )
     history = trainer.fit().history
     assert len(history) == 1
     logged = [key for key in history[0] if key.startswith(f"train_{name}.")]

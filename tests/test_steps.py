@@ -145,3 +145,14 @@ def test_variant_overrides_change_only_the_named_loss():
     assert VARIANTS["ours"].losses[1].params["alpha"] == 0.2, "the registry entry is not mutated"
     with pytest.raises(KeyError, match="does not match"):
         resolve_variant("ang_np_sym", {"within_modality": {"alpha": 0.7}})
+
+
+def test_variant_train_overrides_reach_the_train_settings():
+    from pipeline.tasks.training import Train
+
+    task = Train(profile="smoke", variant="ours", variant_overrides={"train": {"neighbor_mode": "extra_rows"}})
+    assert task.train_settings().neighbor_mode == "extra_rows"
+    assert task.config()["train"]["neighbor_mode"] == "extra_rows"
+    assert Train(profile="smoke", variant="ours").config()["train"]["neighbor_mode"] == "in_batch"
+    with pytest.raises(KeyError, match="unknown training settings"):
+        Train(profile="smoke", variant="ours", variant_overrides={"train": {"nonsense": 1}}).train_settings()

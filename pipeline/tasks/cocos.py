@@ -14,19 +14,17 @@ from evaluation.metrics import cocos_summary
 from models.batching import BatchSampler
 from models.losses import build_loss
 from models.losses.base import Loss
-from models.training import BEST_CHECKPOINT, PairData, loss_inputs, pick_device
+from models.training import PairData, loss_inputs
 from pipeline.base import HashedTask
 from pipeline.io import write_json
-from pipeline.tasks.data import PrepareDataset, Split
 from pipeline.tasks.params import DatasetParams
-from pipeline.tasks.representations import (
-    NEIGHBORS,
-    TRAIN_ROWS,
-    NeighborTables,
-    TrainWordVectors,
-    load_vocabulary,
+from pipeline.tasks.training import (
+    Train,
+    VariantParams,
+    load_neighbor_table,
+    load_pair_data,
+    load_trained_model,
 )
-from pipeline.tasks.training import Train, VariantParams, build_variant_model, load_pair_data
 
 #: Bleeker & de Rijke §5: the one hyper-parameter of COCOS, the weight below which a candidate is negligible
 COCOS_EPS = 0.01
@@ -76,23 +74,15 @@ class Cocos(VariantParams, DatasetParams, HashedTask):
     """COCOS over the training set at the best checkpoint (Bleeker & de Rijke §5), eps = 0.01."""
 
     def requires(self) -> dict[str, HashedTask]:
-        required = {
-            "train": self.clone(Train),
-            "split": self.clone(Split),
-            "prepared": self.clone(PrepareDataset),
-            "words": self.clone(TrainWordVectors),
-        }
-        source = self.variant_spec()["neighbor_source"]
-        if source:
-            required["neighbors"] = self.clone(NeighborTables, space=source)
-        return required
+        train = self.clone(Train)
+        return {**train.requires(), "train": train}
 
     def config(self) -> dict[str, Any]:
         return {"eps": COCOS_EPS, "sampling_seed": COCOS_SEED}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = {name: self.input_dir(task) for name, task in self.requires().items()}
-        t = self.settings.train
+        t = self.train_settings()
         data, manifest = load_pair_data(
             inputs["split"], inputs["prepared"], inputs["words"], t.max_text_tokens
         )
@@ -109,15 +99,9 @@ class Cocos(VariantParams, DatasetParams, HashedTask):
                 raise ValueError(
                     f"variant {self.variant!r} has a loss that needs semantic neighbours but no neighbor_source"
                 )
-            if not np.array_equal(np.load(inputs["neighbors"] / TRAIN_ROWS), train_positions):
-                raise RuntimeError("neighbour table rows do not match the train split; rerun NeighborTables")
-            neighbors = np.load(inputs["neighbors"] / NEIGHBORS)
-        _, word_vectors = load_vocabulary(inputs["words"])
-        model = build_variant_model(spec, self.settings, word_vectors)
-        state = torch.load(inputs["train"] / BEST_CHECKPOINT, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        device = pick_device()
-        model.to(device)
+            neighbors = load_neighbor_table(inputs["neighbors"], train_positions)
+        model, best_epoch = load_trained_model(spec, t, inputs["words"], inputs["train"])
+        device = next(model.parameters()).device
         losses = [loss.to(device) for loss in losses]
         sampler = BatchSampler(
             train_positions, t.batch_size, np.random.default_rng(COCOS_SEED), neighbors, t.neighbor_mode
@@ -126,7 +110,7 @@ class Cocos(VariantParams, DatasetParams, HashedTask):
         result = {
             "variant": self.variant,
             "seed": self.seed,
-            "best_epoch": state["epoch"],
+            "best_epoch": best_epoch,
             "eps": COCOS_EPS,
             "batch_size": t.batch_size,
             "losses": summary,

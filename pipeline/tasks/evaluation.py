@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from evaluation.metrics import (
     coco_folds,
@@ -26,13 +25,13 @@ from evaluation.metrics import (
     score_distribution,
     topic_precision_at_k,
 )
-from models.training import BEST_CHECKPOINT, encode_pairs, pick_device
+from models.training import encode_pairs
 from pipeline.base import HashedTask
 from pipeline.io import save_array, write_json
 from pipeline.tasks.data import PrepareDataset, Split, read_ground_truth
 from pipeline.tasks.params import DatasetParams
-from pipeline.tasks.representations import DOC_VECTORS, TrainDoc2Vec, TrainWordVectors, load_vocabulary
-from pipeline.tasks.training import Train, VariantParams, build_variant_model, load_pair_data
+from pipeline.tasks.representations import DOC_VECTORS, TrainDoc2Vec, TrainWordVectors
+from pipeline.tasks.training import Train, VariantParams, load_pair_data, load_trained_model
 
 #: distractors are drawn with this seed for every variant and training seed, so rows compare the same task
 EVAL_SEED = 0
@@ -246,15 +245,13 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = {name: self.input_dir(task) for name, task in self.requires().items()}
-        t = self.settings.train
+        t = self.train_settings()
         data, manifest = load_pair_data(
             inputs["split"], inputs["prepared"], inputs["words"], t.max_text_tokens
         )
-        _, word_vectors = load_vocabulary(inputs["words"])
-        model = build_variant_model(self.variant_spec(), self.settings, word_vectors)
-        state = torch.load(inputs["train"] / BEST_CHECKPOINT, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        model.to(pick_device())
+        model, best_epoch = load_trained_model(
+            self.variant_spec(), self.settings, inputs["words"], inputs["train"]
+        )
         test_rows = np.flatnonzero((manifest["split"] == "test").to_numpy())
         image, text = encode_pairs(model, data, test_rows, t.image_size)
         doc_vectors = np.load(inputs["doc2vec"] / DOC_VECTORS)[test_rows]
@@ -287,7 +284,7 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
                 "variant": self.variant,
                 "label": self.variant_spec()["label"],
                 "seed": self.seed,
-                "best_epoch": state["epoch"],
+                "best_epoch": best_epoch,
                 "n_test": len(test_rows),
             }
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from models.encoders import EncoderConfig, build_model
 from models.losses import build_loss
 from models.training import BEST_CHECKPOINT, HISTORY_FILE, PairData, Trainer, pick_device
 from pipeline.base import HashedTask
-from pipeline.profiles import Profile
+from pipeline.profiles import TrainSettings
 from pipeline.steps.image_cache import load_image_cache
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.data import IMAGE_CACHE, PrepareDataset, Split, integer_group_ids, read_manifest
@@ -40,14 +41,25 @@ class VariantParams:
     def variant_spec(self) -> dict[str, Any]:
         return resolve_variant(self.variant, recursively_unfreeze(self.variant_overrides))
 
+    def train_settings(self) -> TrainSettings:
+        """The profile's training settings with this variant's ``train`` overrides applied."""
+        overrides = self.variant_spec().get("train", {})
+        unknown = set(overrides) - {f.name for f in fields(TrainSettings)}
+        if unknown:
+            raise KeyError(
+                f"unknown training settings {sorted(unknown)}; see TrainSettings in pipeline/profiles.py"
+            )
+        return replace(self.settings.train, **overrides)
 
-def encoder_config(settings: Profile, vocab_size: int) -> EncoderConfig:
-    t = settings.train
+
+def encoder_config(t: TrainSettings, word_vectors: np.ndarray) -> EncoderConfig:
+    """Encoder sizes from the training settings; word dimension and vocabulary from the word vectors."""
+    vocab_size, word_dim = word_vectors.shape
     return EncoderConfig(
         backbone=t.backbone,
         pretrained=t.pretrained,
         embed_dim=t.embed_dim,
-        word_dim=settings.word_vectors.vector_size,
+        word_dim=word_dim,
         gru_hidden=t.gru_hidden,
         vocab_size=vocab_size,
     )
@@ -69,10 +81,27 @@ def load_pair_data(
     return data, manifest
 
 
-def build_variant_model(spec: dict[str, Any], settings: Profile, word_vectors: np.ndarray) -> nn.Module:
-    return build_model(
-        spec["model"], encoder_config(settings, len(word_vectors)), word_vectors, **spec["model_options"]
-    )
+def build_variant_model(spec: dict[str, Any], t: TrainSettings, word_vectors: np.ndarray) -> nn.Module:
+    return build_model(spec["model"], encoder_config(t, word_vectors), word_vectors, **spec["model_options"])
+
+
+def load_neighbor_table(neighbors_dir: Path, train_positions: np.ndarray) -> np.ndarray:
+    """The k-NN table of NeighborTables, checked to be over exactly these train pairs."""
+    if not np.array_equal(np.load(neighbors_dir / TRAIN_ROWS), train_positions):
+        raise RuntimeError("neighbour table rows do not match the train split; rerun NeighborTables")
+    return np.load(neighbors_dir / NEIGHBORS)
+
+
+def load_trained_model(
+    spec: dict[str, Any], t: TrainSettings, words_dir: Path, train_dir: Path
+) -> tuple[nn.Module, int]:
+    """The variant's model with the best checkpoint of its Train task loaded (on the automatic device), and
+    the epoch of that checkpoint."""
+    _, word_vectors = load_vocabulary(words_dir)
+    model = build_variant_model(spec, t, word_vectors)
+    state = torch.load(train_dir / BEST_CHECKPOINT, map_location="cpu", weights_only=False)
+    model.load_state_dict(state["model"])
+    return model.to(pick_device()), state["epoch"]
 
 
 class Train(VariantParams, DatasetParams, HashedTask):
@@ -94,25 +123,24 @@ class Train(VariantParams, DatasetParams, HashedTask):
     def config(self) -> dict[str, Any]:
         spec = self.variant_spec()
         spec.pop("label")  # presentation only
-        return {"variant": spec, "train": self.settings.section("train"), "seed": self.seed}
+        spec.pop("train", None)  # resolved into "train" below
+        return {"variant": spec, "train": asdict(self.train_settings()), "seed": self.seed}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = {name: self.input_dir(task) for name, task in self.requires().items()}
-        t = self.settings.train
+        t = self.train_settings()
         data, manifest = load_pair_data(
             inputs["split"], inputs["prepared"], inputs["words"], t.max_text_tokens
         )
         _, word_vectors = load_vocabulary(inputs["words"])
         split = manifest["split"].to_numpy()
         train_positions = np.flatnonzero(split == "train")
-        neighbors = None
-        if "neighbors" in inputs:
-            if not np.array_equal(np.load(inputs["neighbors"] / TRAIN_ROWS), train_positions):
-                raise RuntimeError("neighbour table rows do not match the train split; rerun NeighborTables")
-            neighbors = np.load(inputs["neighbors"] / NEIGHBORS)
+        neighbors = (
+            load_neighbor_table(inputs["neighbors"], train_positions) if "neighbors" in inputs else None
+        )
         spec = self.variant_spec()
         torch.manual_seed(self.seed)
-        model = build_variant_model(spec, self.settings, word_vectors)
+        model = build_variant_model(spec, t, word_vectors)
         losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
         trainer = Trainer(
             model,
