@@ -97,6 +97,30 @@ VARIANTS: dict[str, Variant] = {
     )
 }
 
+
+def single_loss_variants() -> dict[str, Variant]:
+    """One variant per registered loss, named ``loss_<name>``, so any loss of the library trains from
+    FullRun/Train parameters (``--variants '["loss_nt_xent"]'``). A within-modality-only loss is paired
+    with its model's cross-modal loss (Eq. 8 form) and Doc2Vec neighbours; group losses (SmoothAP, Struc)
+    need a dataset with several captions per image.
+    """
+    from models.losses import LOSSES, build_loss
+
+    variants = {}
+    for name in sorted(LOSSES):
+        model = "pvse" if name.startswith("pvse") else "vse"
+        needs_neighbors = bool(build_loss(name).needs & {"neighbor_image", "neighbor_text"})
+        losses = (LossSpec(name),)
+        if needs_neighbors:
+            losses = (LossSpec("pvse_mil" if model == "pvse" else "angular"), *losses)
+        variants[f"loss_{name}"] = Variant(
+            f"loss_{name}", name, losses, model=model, neighbor_source="text" if needs_neighbors else None
+        )
+    return variants
+
+
+VARIANTS.update(single_loss_variants())
+
 #: the three variants of the pipeline's headline comparison (issue 2); ``--variants`` picks others
 DEFAULT_VARIANTS = ("ang_np_sym", "ours_img_nns", "ours")
 

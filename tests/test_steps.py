@@ -150,9 +150,21 @@ def test_variant_overrides_change_only_the_named_loss():
 def test_variant_train_overrides_reach_the_train_settings():
     from pipeline.tasks.training import Train
 
-    task = Train(profile="smoke", variant="ours", variant_overrides={"train": {"neighbor_mode": "extra_rows"}})
+    task = Train(
+        profile="smoke", variant="ours", variant_overrides={"train": {"neighbor_mode": "extra_rows"}}
+    )
     assert task.train_settings().neighbor_mode == "extra_rows"
     assert task.config()["train"]["neighbor_mode"] == "extra_rows"
     assert Train(profile="smoke", variant="ours").config()["train"]["neighbor_mode"] == "in_batch"
     with pytest.raises(KeyError, match="unknown training settings"):
         Train(profile="smoke", variant="ours", variant_overrides={"train": {"nonsense": 1}}).train_settings()
+
+
+def test_every_registered_loss_is_selectable_as_a_variant():
+    from models.losses import LOSSES, build_loss
+
+    for name in LOSSES:
+        spec = resolve_variant(f"loss_{name}")
+        assert name in [loss["name"] for loss in spec["losses"]]
+        for loss in spec["losses"]:
+            build_loss(loss["name"], **loss["params"])
