@@ -249,9 +249,7 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
         data, manifest = load_pair_data(
             inputs["split"], inputs["prepared"], inputs["words"], t.max_text_tokens
         )
-        model, best_epoch = load_trained_model(
-            self.variant_spec(), self.settings, inputs["words"], inputs["train"]
-        )
+        model, best_epoch = load_trained_model(self.variant_spec(), t, inputs["words"], inputs["train"])
         test_rows = np.flatnonzero((manifest["split"] == "test").to_numpy())
         image, text = encode_pairs(model, data, test_rows, t.image_size)
         doc_vectors = np.load(inputs["doc2vec"] / DOC_VECTORS)[test_rows]
