@@ -142,6 +142,21 @@ def contribution_summary(prefix: str, counts: Tensor) -> dict[str, Tensor]:
     return {f"{prefix}_contributing_negatives": counts, f"{prefix}_no_gradient": counts == 0}
 
 
+def cross_modal_directions(
+    image: Tensor, text: Tensor, group_ids: Tensor | None, *, symmetric: bool, unit_norm: bool
+) -> tuple[list[tuple[str, Tensor, Tensor]], Tensor]:
+    """After the input guards: ``(name, anchors, candidate pool)`` per retrieval direction (image→text, and
+    text→image when symmetric) and the ``[B, B]`` mask of valid negatives (rows of another group)."""
+    check_pair_embeddings(image, text)
+    check_embedding_matrix("image", image, unit_norm=unit_norm)
+    check_embedding_matrix("text", text, unit_norm=unit_norm)
+    directions = [("image_to_text", image, text)]
+    if symmetric:
+        directions.append(("text_to_image", text, image))
+    groups = default_group_ids(group_ids, image.shape[0], image.device)
+    return directions, different_group_mask(groups, groups)
+
+
 @register_loss("angular")
 class Angular(Loss):
     """Angular N-pair loss over in-batch negatives, both retrieval directions (Eq. 4).
@@ -166,22 +181,12 @@ class Angular(Loss):
         self.symmetric = symmetric
         self.cocos_eps = cocos_eps
 
-    def _directions(self, image: Tensor, text: Tensor) -> list[tuple[str, Tensor, Tensor]]:
-        """(name, anchors, positives/negatives pool) per direction, after the input guards."""
-        check_pair_embeddings(image, text)
-        check_embedding_matrix("image", image, unit_norm=self.form == "smooth")
-        check_embedding_matrix("text", text, unit_norm=self.form == "smooth")
-        directions = [("image_to_text", image, text)]
-        if self.symmetric:
-            directions.append(("text_to_image", text, image))
-        return directions
-
     def forward(
         self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **unused: Tensor
     ) -> LossOutput:
-        directions = self._directions(image, text)
-        groups = default_group_ids(group_ids, image.shape[0], image.device)
-        mask = different_group_mask(groups, groups)
+        directions, mask = cross_modal_directions(
+            image, text, group_ids, symmetric=self.symmetric, unit_norm=self.form == "smooth"
+        )
         return {
             f"{name}_loss": angular_npair_terms(anchors, others, others, mask, self.form, self.tan_sq).mean()
             for name, anchors, others in directions
@@ -191,9 +196,9 @@ class Angular(Loss):
     def diagnostics(
         self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **unused: Tensor
     ) -> dict[str, Tensor]:
-        directions = self._directions(image, text)
-        groups = default_group_ids(group_ids, image.shape[0], image.device)
-        mask = different_group_mask(groups, groups)
+        directions, mask = cross_modal_directions(
+            image, text, group_ids, symmetric=self.symmetric, unit_norm=self.form == "smooth"
+        )
         summary: dict[str, Tensor] = {}
         for name, anchors, others in directions:
             counts = angular_npair_contributions(

@@ -13,17 +13,14 @@ import torch
 from torch import Tensor
 
 from models.losses.angular import (
-    check_embedding_matrix,
     check_negative_mask,
     contribution_summary,
-    different_group_mask,
+    cross_modal_directions,
 )
 from models.losses.base import (
     Loss,
     LossOutput,
     LossPreconditionError,
-    check_pair_embeddings,
-    default_group_ids,
     register_loss,
 )
 
@@ -138,21 +135,12 @@ class Triplet(Loss):
         self.margin = margin
         self.symmetric = symmetric
 
-    def _directions(self, image: Tensor, text: Tensor) -> list[tuple[str, Tensor, Tensor]]:
-        check_pair_embeddings(image, text)
-        check_embedding_matrix("image", image, unit_norm=self.distance == "cosine")
-        check_embedding_matrix("text", text, unit_norm=self.distance == "cosine")
-        directions = [("image_to_text", image, text)]
-        if self.symmetric:
-            directions.append(("text_to_image", text, image))
-        return directions
-
     def forward(
         self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **unused: Tensor
     ) -> LossOutput:
-        directions = self._directions(image, text)
-        groups = default_group_ids(group_ids, image.shape[0], image.device)
-        mask = different_group_mask(groups, groups)
+        directions, mask = cross_modal_directions(
+            image, text, group_ids, symmetric=self.symmetric, unit_norm=self.distance == "cosine"
+        )
         return {
             f"{name}_loss": triplet_terms(
                 anchors, others, others, mask, self.distance, self.margin, self.negatives
@@ -164,9 +152,9 @@ class Triplet(Loss):
     def diagnostics(
         self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **unused: Tensor
     ) -> dict[str, Tensor]:
-        directions = self._directions(image, text)
-        groups = default_group_ids(group_ids, image.shape[0], image.device)
-        mask = different_group_mask(groups, groups)
+        directions, mask = cross_modal_directions(
+            image, text, group_ids, symmetric=self.symmetric, unit_norm=self.distance == "cosine"
+        )
         summary: dict[str, Tensor] = {}
         for name, anchors, others in directions:
             counts = triplet_contributions(
