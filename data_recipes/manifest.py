@@ -62,7 +62,9 @@ def check_manifest_columns(manifest: pd.DataFrame) -> pd.DataFrame:
     if "split" in out.columns:
         bad = set(out["split"].dropna().unique()) - set(VALID_SPLITS)
         if bad:
-            raise ManifestError(f"split column holds {sorted(bad)}; allowed values are {VALID_SPLITS} or empty")
+            raise ManifestError(
+                f"split column holds {sorted(bad)}; allowed values are {VALID_SPLITS} or empty"
+            )
     return out
 
 

@@ -27,7 +27,6 @@ from models.losses import Loss
 if TYPE_CHECKING:  # the pipeline's profile dataclass; models never import the pipeline at run time
     from pipeline.profiles import TrainSettings
 
-NEIGHBOR_KEYWORDS = frozenset({"neighbor_image", "neighbor_text", "neighbor_of"})
 LAST_CHECKPOINT = "checkpoint_last.pt"
 BEST_CHECKPOINT = "model_best.pt"
 HISTORY_FILE = "history.csv"
@@ -102,7 +101,7 @@ class Trainer:
         device: torch.device | None = None,
         progress: bool | None = None,
     ) -> None:
-        needs_neighbors = [loss.name for loss in losses if loss.needs & NEIGHBOR_KEYWORDS]
+        needs_neighbors = [loss.name for loss in losses if loss.needs_neighbors]
         needs_groups = [loss.name for loss in losses if "group_mates" in loss.needs]
         group_ids = np.array(data.group_ids, dtype=np.int64)
         if needs_groups and np.bincount(group_ids[np.asarray(train_positions)]).max() < 2:
@@ -119,7 +118,7 @@ class Trainer:
         self.model = model.to(self.device)
         self.losses = [loss.to(self.device) for loss in losses]
         # validation loss: the neighbour-free parts, which every variant shares, so variants are comparable
-        self.val_losses = [loss for loss in self.losses if not loss.needs & NEIGHBOR_KEYWORDS]
+        self.val_losses = [loss for loss in self.losses if not loss.needs_neighbors]
         if not self.val_losses:
             raise ValueError(
                 f"every loss of {[loss.name for loss in losses]} needs sampled neighbours, so no validation loss "

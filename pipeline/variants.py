@@ -109,7 +109,7 @@ def single_loss_variants() -> dict[str, Variant]:
     variants = {}
     for name in sorted(LOSSES):
         model = "pvse" if name.startswith("pvse") else "vse"
-        needs_neighbors = bool(build_loss(name).needs & {"neighbor_image", "neighbor_text"})
+        needs_neighbors = build_loss(name).needs_neighbors
         losses = (LossSpec(name),)
         if needs_neighbors:
             losses = (LossSpec("pvse_mil" if model == "pvse" else "angular"), *losses)

@@ -24,7 +24,6 @@ from tests.fixtures.recipes.make_fixtures import make_fixture
 
 pytestmark = pytest.mark.slow
 SETTINGS = replace(SMOKE.train, epochs=1)
-NEIGHBOR_KEYWORDS = {"neighbor_image", "neighbor_text", "neighbor_of"}
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +70,7 @@ def test_each_loss_trains_one_smoke_epoch_without_nan(name, embedded, grouped, t
     data, vectors, positions, table = grouped if "group_mates" in loss.needs else embedded
     model_name = "pvse" if name.startswith("pvse") else "vse"
     losses = [loss]
-    if loss.needs & NEIGHBOR_KEYWORDS:  # within-modality terms are used beside a cross-modal loss (Eq. 8)
+    if loss.needs_neighbors:  # within-modality terms are used beside a cross-modal loss (Eq. 8)
         losses.insert(0, build_loss("pvse_mil" if model_name == "pvse" else "angular"))
     torch.manual_seed(0)
     model = build_model(model_name, encoder_config(SETTINGS, vectors), vectors)
@@ -84,7 +83,7 @@ def test_each_loss_trains_one_smoke_epoch_without_nan(name, embedded, grouped, t
         SETTINGS,
         0,
         Path(tmp_path),
-        neighbors=table if loss.needs & NEIGHBOR_KEYWORDS else None,
+        neighbors=table if loss.needs_neighbors else None,
         device=pick_device(),
         progress=False,
     )

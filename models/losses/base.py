@@ -37,6 +37,9 @@ LossOutput = dict[str, Tensor]
 
 LOSSES: dict[str, type[Loss]] = {}
 
+#: the keywords that carry sampled semantic neighbours (Eq. 5)
+NEIGHBOR_KEYWORDS = frozenset({"neighbor_image", "neighbor_text", "neighbor_of"})
+
 
 class LossPreconditionError(ValueError):
     """Raised when a loss is given inputs it cannot work with; the message says how to fix it."""
@@ -49,6 +52,11 @@ class Loss(nn.Module):
     #: keywords this loss needs besides ``image`` and ``text`` (and ``"group_mates"``); the trainer uses it to
     #: decide whether neighbours must be sampled and whether batches are filled group by group.
     needs: ClassVar[frozenset[str]] = frozenset()
+
+    @property
+    def needs_neighbors(self) -> bool:
+        """Whether batches must carry sampled semantic neighbours for this loss."""
+        return bool(self.needs & NEIGHBOR_KEYWORDS)
 
     def forward(self, **embeddings: Tensor) -> LossOutput:  # pragma: no cover - interface
         raise NotImplementedError
@@ -63,7 +71,9 @@ def register_loss(name: str) -> Callable[[type[Loss]], type[Loss]]:
 
     def decorate(cls: type[Loss]) -> type[Loss]:
         if name in LOSSES and LOSSES[name] is not cls:
-            raise ValueError(f"loss name {name!r} is registered twice ({LOSSES[name].__name__}, {cls.__name__})")
+            raise ValueError(
+                f"loss name {name!r} is registered twice ({LOSSES[name].__name__}, {cls.__name__})"
+            )
         cls.name = name
         LOSSES[name] = cls
         return cls

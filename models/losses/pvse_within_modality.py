@@ -10,6 +10,7 @@ from typing import ClassVar
 from torch import Tensor
 
 from models.losses.base import (
+    NEIGHBOR_KEYWORDS,
     Loss,
     LossOutput,
     LossPreconditionError,
@@ -70,7 +71,7 @@ class PvseWithinModality(Loss):
     The PVSE ranking, diversity and MMD terms are not repeated here: they come from ``pvse_mil``.
     """
 
-    needs: ClassVar[frozenset[str]] = frozenset({"neighbor_image", "neighbor_text", "neighbor_of"})
+    needs: ClassVar[frozenset[str]] = NEIGHBOR_KEYWORDS
 
     def __init__(
         self,

@@ -237,7 +237,9 @@ class WithinModality(Loss):
         summary: dict[str, Tensor] = {}
         for name, weight, anchors, positives, pool in modalities:
             if weight == 0:  # a switched-off term (Table 4 ablations) sends no gradient to any negative
-                summary.update(contribution_summary(name, anchors.new_zeros(anchors.shape[0], dtype=torch.long)))
+                summary.update(
+                    contribution_summary(name, anchors.new_zeros(anchors.shape[0], dtype=torch.long))
+                )
                 continue
             if self.form == "angular":
                 counts = angular_npair_contributions(

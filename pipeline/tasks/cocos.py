@@ -94,7 +94,7 @@ class Cocos(VariantParams, DatasetParams, HashedTask):
                 if hasattr(loss, attribute):
                     setattr(loss, attribute, COCOS_EPS)
         neighbors = None
-        if any(loss.needs & {"neighbor_image", "neighbor_text"} for loss in losses):
+        if any(loss.needs_neighbors for loss in losses):
             if "neighbors" not in inputs:
                 raise ValueError(
                     f"variant {self.variant!r} has a loss that needs semantic neighbours but no neighbor_source"
