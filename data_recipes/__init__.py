@@ -11,6 +11,8 @@ from typing import Any
 from data_recipes.manifest import RecipeResult
 
 RECIPES = ("embedded", "politics", "goodnews", "coco", "conceptual_captions", "flickr30k", "pairs")
+#: recipes whose images carry several captions (one ``group_id`` per image): Table 2 and 5-caption evaluation
+CAPTION_GROUP_RECIPES = ("coco", "flickr30k")
 
 
 def build_recipe(name: str, raw_dir: str | Path | None, work_dir: str | Path, **options: Any) -> RecipeResult:

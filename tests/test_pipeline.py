@@ -13,6 +13,8 @@ from PIL import Image
 
 from pipeline import FullRun, PrepareDataset, Train
 from pipeline.base import META_FILE
+from pipeline.variants import TABLE_1, TABLE_4, VARIANTS, paper_grid
+from tests.markdown_tables import section
 
 pytestmark = pytest.mark.slow
 
@@ -56,17 +58,23 @@ def test_smoke_full_run_succeeds_and_reports_every_variant(smoke_run):
     report = task.report_path().read_text()
     assert "Table 1 — cross-modal retrieval (n-way Recall@1)" in report
     assert "Table 3 — neighbour preservation" in report
-    for label in ("Ang+NP+Sym", "Ours (Img NNs)", "Ours"):
-        assert f"| {label} |" in report
+    table_1, table_4 = section(report, "Table 1"), section(report, "Table 4")
+    for variant in TABLE_1:
+        assert f"| {VARIANTS[variant].label} |" in table_1
+    for variant in TABLE_4:
+        assert f"| {VARIANTS[variant].label} |" in table_4
+    assert "Ours − L_text" not in table_1, "the ablations have their own table"
+    assert "Table 2" not in report, "the embedded dataset has one caption per image"
     payload = json.loads(task.report_path().with_name("report.json").read_text())
-    assert set(payload["variants"]) == {"ang_np_sym", "ours_img_nns", "ours"}
+    assert set(payload["variants"]) == set(paper_grid(caption_groups=False))
     for variant in payload["variants"].values():
         for direction in ("i2t", "t2i"):
             assert 0.0 <= variant[direction]["mean"] <= 1.0
     assert task.report_path().with_name("report.html").exists()
     # every task of the graph ran once: one Train and one Evaluate per variant, one table per space
     families = ran.families()
-    assert families.count("Train") == 3 and families.count("Evaluate") == 3
+    n_variants = len(paper_grid(caption_groups=False))
+    assert families.count("Train") == n_variants and families.count("Evaluate") == n_variants
     assert families.count("NeighborTables") == 2
     assert families.count("PrepareDataset") == 1
 

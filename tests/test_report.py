@@ -41,6 +41,7 @@ from models.training import PairData
 from pipeline.io import write_json
 from pipeline.tasks.cocos import collect_cocos
 from pipeline.tasks.evaluation import full_ranking, retrieval_layout
+from tests.markdown_tables import section, table_row
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -176,20 +177,6 @@ def report(report_dir: Path, qualitative: Qualitative) -> tuple[Document, dict, 
     )
     doc, payload = build_report(inputs, report_dir)
     return doc, payload, report_dir
-
-
-def section(markdown: str, heading: str) -> str:
-    start = markdown.index(f"## {heading}")
-    following = markdown.find("\n## ", start + 1)
-    return markdown[start : following if following > 0 else None]
-
-
-def table_row(text: str, label: str, direction: str | None = None) -> list[str]:
-    for line in text.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if cells[0] == label and (direction is None or cells[1] == direction):
-            return cells
-    raise AssertionError(f"no row {label!r} {direction or ''} in\n{text}")
 
 
 def test_table_1_and_3_show_mean_and_std_over_seeds(report):

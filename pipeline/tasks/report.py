@@ -10,6 +10,7 @@ import luigi
 import numpy as np
 from luigi.freezing import recursively_unfreeze
 
+from data_recipes import CAPTION_GROUP_RECIPES
 from evaluation.gallery import proximity_study, retrieval_examples, snippet, write_thumbnails
 from evaluation.report import (
     BASELINE_VARIANT,
@@ -36,7 +37,7 @@ from pipeline.tasks.data import (
 from pipeline.tasks.evaluation import CURVES, TEST_IMAGE, TEST_ROWS, TEST_TEXT, Evaluate, retrieval_layout
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import DOC_VECTORS, NeighborTables, TrainDoc2Vec
-from pipeline.variants import DEFAULT_VARIANTS
+from pipeline.variants import paper_grid
 
 REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
 
@@ -55,7 +56,9 @@ QUALITATIVE = {
 
 class GridParams:
     variants = luigi.ListParameter(
-        default=list(DEFAULT_VARIANTS), description="variants to train and compare"
+        default=[],
+        description="variants to train and compare (default: the paper's grid for the dataset, see "
+        "pipeline.variants.paper_grid)",
     )
     seeds = luigi.ListParameter(default=[0], description="training seeds; every variant runs with each")
     variant_overrides = luigi.DictParameter(
@@ -64,6 +67,10 @@ class GridParams:
 
     def overrides_for(self, variant: str) -> dict[str, Any]:
         return recursively_unfreeze(self.variant_overrides).get(variant, {})
+
+    def variant_names(self) -> list[str]:
+        """``variants``, or Tables 1 and 4 (plus Table 2 for a dataset with several captions per image)."""
+        return list(self.variants) or list(paper_grid(self.dataset in CAPTION_GROUP_RECIPES))
 
 
 def all_upstream(task: luigi.Task) -> list[HashedTask]:
@@ -86,7 +93,7 @@ class Report(GridParams, DatasetParams, HashedTask):
             self.clone(
                 Evaluate, variant=variant, seed=int(seed), variant_overrides=self.overrides_for(variant)
             )
-            for variant in self.variants
+            for variant in self.variant_names()
             for seed in self.seeds
         ]
 
@@ -106,7 +113,7 @@ class Report(GridParams, DatasetParams, HashedTask):
 
     def config(self) -> dict[str, Any]:
         return {
-            "variants": list(self.variants),
+            "variants": self.variant_names(),
             "seeds": [int(s) for s in self.seeds],
             "qualitative": QUALITATIVE,
         }
@@ -230,7 +237,7 @@ class Report(GridParams, DatasetParams, HashedTask):
                 "profile": self.profile,
                 "seeds": [int(s) for s in self.seeds],
                 "data_seed": self.data_seed,
-                "variants": list(self.variants),
+                "variants": self.variant_names(),
                 "variant_overrides": recursively_unfreeze(self.variant_overrides),
                 "device": runs[0].training.get("device", "cpu") if runs else "cpu",
                 "total_task_wall_time_s": round(sum(t["wall_time_s"] for t in tasks), 1),
@@ -243,7 +250,7 @@ class Report(GridParams, DatasetParams, HashedTask):
         save_text(work_dir / REPORT_MD, document.to_markdown())
         save_text(work_dir / REPORT_HTML, document.to_html())
         write_json(work_dir / REPORT_JSON, payload)
-        return {"variants": list(self.variants), "seeds": [int(s) for s in self.seeds]}
+        return {"variants": self.variant_names(), "seeds": [int(s) for s in self.seeds]}
 
 
 class FullRun(GridParams, DatasetParams, luigi.WrapperTask):
