@@ -17,7 +17,7 @@ import numpy as np
 from evaluation.document import Document, GalleryItem
 from evaluation.metrics import mean_std, paired_bootstrap
 from evaluation.plots import plot_pr_curves, plot_proximity_ratios, plot_score_distributions
-from pipeline.variants import TABLE_1, TABLE_2, TABLE_4
+from evaluation.tables import TABLE_1, TABLE_2, TABLE_4
 
 BASELINE_VARIANT = "ang_np_sym"
 OURS_VARIANT = "ours"

@@ -1,7 +1,7 @@
 """Luigi pipeline: ``luigi --module pipeline FullRun`` (see README)."""
 
 from pipeline.tasks.cocos import Cocos
-from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
+from pipeline.tasks.data import Deduplicate, PrepareDataset, PrepareShard, Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.report import FullRun, Report
 from pipeline.tasks.representations import ImageFeatures, NeighborTables, TrainDoc2Vec, TrainWordVectors
@@ -15,6 +15,7 @@ __all__ = [
     "ImageFeatures",
     "NeighborTables",
     "PrepareDataset",
+    "PrepareShard",
     "Report",
     "Split",
     "Train",

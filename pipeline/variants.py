@@ -11,6 +11,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from evaluation.tables import TABLE_1, TABLE_2, TABLE_4
+
 
 @dataclass(frozen=True)
 class LossSpec:
@@ -123,10 +125,6 @@ def single_loss_variants() -> dict[str, Variant]:
 
 VARIANTS.update(single_loss_variants())
 
-#: rows of Thomas & Kovashka's tables; Table 3 is computed for every variant that runs
-TABLE_1 = ("ang_np_sym", "ours_img_nns", "ours", "pvse", "pvse_ours", "trip_np_sym", "ours_trip")
-TABLE_2 = ("ours_trip", "struc_gt_text", "struc_nn_text", "struc_nn_img")
-TABLE_4 = ("ours", "ours_minus_text", "ours_minus_img")
 
 
 def paper_grid(caption_groups: bool) -> tuple[str, ...]:

@@ -15,9 +15,8 @@ from models.losses import LOSSES, build_loss
 from models.training import PairData, Trainer, pick_device
 from pipeline import NeighborTables, PrepareDataset, Split, TrainWordVectors
 from pipeline.profiles import SMOKE
-from pipeline.steps.image_cache import load_image_cache
 from pipeline.steps.text import encode_texts, tokenize
-from pipeline.tasks.data import IMAGE_CACHE, integer_group_ids, read_manifest
+from pipeline.tasks.data import integer_group_ids, load_prepared_images, read_manifest
 from pipeline.tasks.representations import NEIGHBORS
 from pipeline.tasks.training import encoder_config, load_pair_data
 from tests.fixtures.recipes.make_fixtures import make_fixture
@@ -52,7 +51,7 @@ def grouped(tmp_path_factory):
     vocab = {word: i + 2 for i, word in enumerate(sorted({w for tokens in token_lists for w in tokens}))}
     tokens, lengths = encode_texts(token_lists, vocab, SETTINGS.max_text_tokens)
     data = PairData(
-        load_image_cache(task.output_dir() / IMAGE_CACHE),
+        load_prepared_images(task.output_dir()),
         manifest["cache_row"].to_numpy(),
         tokens,
         lengths,

@@ -13,35 +13,12 @@ from PIL import Image
 
 from pipeline import FullRun, PrepareDataset, Train
 from pipeline.base import META_FILE
+from pipeline.tasks.data import load_prepared_images
 from pipeline.variants import TABLE_1, TABLE_4, VARIANTS, paper_grid
+from tests.luigi_runs import build
 from tests.markdown_tables import section
 
 pytestmark = pytest.mark.slow
-
-
-class RanTasks:
-    """Records which tasks actually ran (SUCCESS after run()), by task family and params."""
-
-    def __init__(self) -> None:
-        self.ran: list[luigi.Task] = []
-
-    def __call__(self, task: luigi.Task) -> None:
-        self.ran.append(task)
-
-    def families(self) -> list[str]:
-        return sorted(task.get_task_family() for task in self.ran)
-
-
-def build(tasks: list[luigi.Task]) -> tuple[luigi.execution_summary.LuigiRunResult, RanTasks]:
-    recorder = RanTasks()
-    luigi.Task.event_handler(luigi.Event.SUCCESS)(recorder)
-    try:
-        result = luigi.build(
-            tasks, local_scheduler=True, detailed_summary=True, workers=1, log_level="WARNING"
-        )
-    finally:
-        luigi.Task._event_callbacks[luigi.Task][luigi.Event.SUCCESS].discard(recorder)
-    return result, recorder
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +149,7 @@ def test_bad_input_below_budget_goes_on_and_counts_each_reason(tmp_path):
     rejects = pd.read_csv(out / "rejects.csv")
     assert sorted(rejects["pair_id"]) == sorted(["missing", "html", "empty", "blank", "p2"])
     manifest = pd.read_parquet(out / "manifest.parquet")
-    images = np.load(out / "images.npy")
+    images = load_prepared_images(out)
     # every surviving pair keeps its own text and image
     p5 = manifest.set_index("pair_id").loc["p5"]
     assert p5["text"] == "story number 5 about things"

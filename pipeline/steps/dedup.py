@@ -439,6 +439,18 @@ def deduplicate(
     lsh_threshold: float | None = None,
 ) -> DedupResult:
     """Remove near-duplicate texts, keeping the smallest pair_id of each cluster (manifest order kept)."""
+    index = DedupIndex(threshold, num_perm, seed, lsh_threshold)
+    return deduplicate_into(index, manifest, shingle_size)
+
+
+def deduplicate_into(index: DedupIndex, manifest: pd.DataFrame, shingle_size: int = 3) -> DedupResult:
+    """Add the manifest's pairs to ``index`` (which may hold earlier shards) and keep the new pairs that
+    duplicate nothing already indexed, nor a smaller pair_id among the new ones.
+
+    Only the new texts are hashed. A pair indexed earlier is never displaced by one that arrives later,
+    so the kept/removed status of earlier shards does not change. ``kept`` holds new rows only
+    (manifest order); ``clusters`` every cluster that holds a new pair (earlier members included).
+    """
     missing = [c for c in ("pair_id", "text") if c not in manifest.columns]
     if missing:
         raise ValueError(f"manifest lacks column(s) {missing}; deduplicate a validated manifest")
@@ -448,11 +460,16 @@ def deduplicate(
             "manifest has duplicate pair_id values; run data_recipes.validate.validate_records first"
         )
     texts = manifest["text"].astype(str).tolist()
-    signatures = minhash_signatures(texts, num_perm=num_perm, seed=seed, shingle_size=shingle_size)
-    clusters = find_duplicate_clusters(
-        pair_ids, signatures, threshold, num_perm, seed=seed, lsh_threshold=lsh_threshold
+    earlier = set(index.pair_ids)
+    signatures = minhash_signatures(
+        texts, num_perm=index.num_perm, seed=index.seed, shingle_size=shingle_size
     )
-    removed = {pair_id for cluster in clusters for pair_id in cluster[1:]}
+    clusters = index.add_and_find(pair_ids, signatures)
+    removed = set()
+    for cluster in clusters:
+        new_members = [p for p in cluster if p not in earlier]
+        keep_first = not any(p in earlier for p in cluster)
+        removed.update(new_members[1:] if keep_first else new_members)
     kept = manifest[[p not in removed for p in pair_ids]].reset_index(drop=True)
     text_of = dict(zip(pair_ids, texts, strict=True))
     largest_first = sorted(clusters, key=lambda c: (-len(c), c[0]))
@@ -460,15 +477,20 @@ def deduplicate(
         "n_input": len(pair_ids),
         "n_kept": len(kept),
         "n_removed": len(removed),
+        "n_removed_as_duplicates_of_earlier_shards": sum(
+            1 for c in clusters if any(p in earlier for p in c) for p in c if p not in earlier
+        ),
+        "n_signatures_computed": len(texts),
+        "n_indexed_before": len(earlier),
         "n_clusters": len(clusters),
         "n_without_shingles": int(_is_empty_signature(signatures).sum()),
         "cluster_size_histogram": {str(size): n for size, n in sorted(Counter(map(len, clusters)).items())},
-        "threshold": threshold,
-        "lsh_threshold": default_lsh_threshold(threshold) if lsh_threshold is None else lsh_threshold,
-        "num_perm": num_perm,
+        "threshold": index.threshold,
+        "lsh_threshold": index.lsh_threshold,
+        "num_perm": index.num_perm,
         "shingle_size": shingle_size,
         "example_clusters": [
-            [{"pair_id": p, "text": text_of[p][:_SNIPPET_CHARS]} for p in cluster]
+            [{"pair_id": p, "text": text_of.get(p, "(earlier shard)")[:_SNIPPET_CHARS]} for p in cluster]
             for cluster in largest_first[:_N_EXAMPLE_CLUSTERS]
         ],
     }

@@ -237,3 +237,43 @@ def load_image_cache(path: str | Path) -> np.ndarray:
             f"{path} holds {cache.dtype} {cache.shape}, not an image cache uint8 [N, S, S, 3]; rebuild it"
         )
     return cache
+
+
+class ShardedImageCache:
+    """Several image caches (one per data shard) read as one: row ``r`` of shard ``s`` is global row
+    ``offset[s] + r``. Incremental rebuilds append a shard instead of decoding old images again.
+    """
+
+    def __init__(self, shards: Sequence[np.ndarray]) -> None:
+        if not shards:
+            raise ValueError("no image cache shards; build at least one with build_image_cache")
+        tails = {tuple(shard.shape[1:]) for shard in shards}
+        if len(tails) != 1:
+            raise ValueError(f"image cache shards differ in image size: {sorted(tails)}; rebuild them alike")
+        self._shards = list(shards)
+        self._ends = np.cumsum([len(shard) for shard in shards])
+        self.shape = (int(self._ends[-1]), *next(iter(tails)))
+        self.dtype = shards[0].dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: int | np.ndarray) -> np.ndarray:
+        if np.isscalar(rows):
+            return self[np.array([rows])][0]
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
+            raise IndexError(f"image cache rows must lie in [0, {len(self)}), got {rows.min()}..{rows.max()}")
+        shard_of = np.searchsorted(self._ends, rows, side="right")
+        out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
+        for shard in np.unique(shard_of):
+            chosen = shard_of == shard
+            start = self._ends[shard - 1] if shard else 0
+            out[chosen] = self._shards[shard][rows[chosen] - start]
+        return out
+
+
+def load_image_shards(paths: Sequence[str | Path]) -> np.ndarray | ShardedImageCache:
+    """The caches at ``paths`` as one indexable cache (the memmap itself when there is one shard)."""
+    caches = [load_image_cache(path) for path in paths]
+    return caches[0] if len(caches) == 1 else ShardedImageCache(caches)

@@ -49,8 +49,8 @@ def collect_cocos(
     per-batch ``diagnostics()`` of that loss. Losses that report no diagnostics are left out; the model may
     give ``[B, D]`` or, as PVSE does, ``[B, K, D]`` embeddings (each loss reads what it was trained on).
     """
-    # a loss that keeps the base class's diagnostics() reports nothing, so when no loss overrides it (e.g.
-    # the PVSE losses) the pass over the training set is skipped: its result would be empty anyway
+    # a loss that keeps the base class's diagnostics() reports nothing, so when no loss overrides it the
+    # pass over the training set is skipped: its result would be empty anyway
     losses = [loss for loss in losses if type(loss).diagnostics is not Loss.diagnostics]
     if not losses:
         return {}

@@ -1,26 +1,40 @@
-"""Dataset preparation: recipe -> validated manifest + image cache, near-duplicate removal, splits."""
+"""Dataset preparation: recipe -> validated manifest + image cache per shard of raw data, shards stacked,
+near-duplicate removal (incremental over shards), splits.
+"""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import luigi
+import numpy as np
 import pandas as pd
 
 from data_recipes import build_recipe
 from data_recipes.manifest import check_manifest_columns, resolve_image_paths
-from data_recipes.validate import enforce_reject_budget, reject_counts, validate_records
+from data_recipes.validate import enforce_reject_budget, make_rejects, reject_counts, validate_records
 from pipeline.base import HashedTask
-from pipeline.io import save_frame, write_json
-from pipeline.steps.dedup import dedup_precision_recall, deduplicate
-from pipeline.steps.image_cache import build_image_cache
+from pipeline.io import read_json, save_frame, write_json
+from pipeline.steps.dedup import DedupIndex, dedup_precision_recall, deduplicate_into
+from pipeline.steps.image_cache import (
+    ShardedImageCache,
+    build_image_cache,
+    load_image_cache,
+    load_image_shards,
+)
 from pipeline.steps.splits import DEFAULT_FRACTIONS, assign_splits
 from pipeline.tasks.params import DatasetParams
 
 MANIFEST = "manifest.parquet"
 GROUND_TRUTH = "ground_truth.parquet"
 IMAGE_CACHE = "images.npy"
+IMAGE_SHARDS = "image_shards.json"
 REJECTS = "rejects.csv"
+DATASET_REPORT = "dataset_report.json"
+DEDUP_INDEX = "dedup_index.npz"
 
 
 def read_manifest(task_dir: Path) -> pd.DataFrame:
@@ -40,17 +54,20 @@ def integer_group_ids(manifest: pd.DataFrame) -> pd.Series:
     return pd.Series(pd.factorize(keys)[0], index=manifest.index, dtype="int64")
 
 
-class PrepareDataset(DatasetParams, HashedTask):
-    """Recipe -> manifest (pair_id, image_path, text, optional group_id/split, cache_row) + image cache.
+class PrepareShard(DatasetParams, HashedTask):
+    """One raw folder -> validated manifest (``cache_row`` into this shard's cache) + its image cache.
 
     Bad rows are rejected with a reason into ``rejects.csv`` (nothing disappears silently); the run stops
-    with a clear message when rejects exceed ``reject_budget`` of the input.
+    with a clear message when rejects exceed ``reject_budget`` of the shard's input. The output depends
+    only on this folder, so a shard added later never makes an earlier one decode its images again.
     """
+
+    shard_dir = luigi.Parameter(default="", description="raw folder of this shard (see DatasetParams)")
 
     def config(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset,
-            "raw_dir": str(Path(self.raw_dir).resolve()) if self.raw_dir else "",
+            "raw_dir": str(Path(self.shard_dir).resolve()) if self.shard_dir else "",
             "options": self.recipe_options(),
             "image_cache_size": self.settings.image_cache_size,
             "reject_budget": self.effective_reject_budget(),
@@ -58,7 +75,7 @@ class PrepareDataset(DatasetParams, HashedTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         recipe = build_recipe(
-            self.dataset, self.raw_dir or None, work_dir / "recipe", **self.recipe_options()
+            self.dataset, self.shard_dir or None, work_dir / "recipe", **self.recipe_options()
         )
         manifest = resolve_image_paths(check_manifest_columns(recipe.manifest), recipe.image_root)
         n_input = len(manifest)
@@ -78,6 +95,7 @@ class PrepareDataset(DatasetParams, HashedTask):
         if recipe.ground_truth is not None:
             save_frame(work_dir / GROUND_TRUTH, recipe.ground_truth.reset_index(drop=True))
         summary = {
+            "raw_dir": self.config()["raw_dir"],
             "n_input": n_input,
             "n_kept": len(kept),
             "n_rejected": len(rejects),
@@ -86,15 +104,110 @@ class PrepareDataset(DatasetParams, HashedTask):
             "image_cache": cache.stats,
             "recipe_notes": recipe.notes,
         }
-        write_json(work_dir / "dataset_report.json", summary)
+        write_json(work_dir / DATASET_REPORT, summary)
         return summary
 
 
-class Deduplicate(DatasetParams, HashedTask):
-    """MinHash LSH over word shingles of the text; keeps one pair per duplicate cluster."""
+class PrepareDataset(DatasetParams, HashedTask):
+    """Every shard's manifest stacked in arrival order (``cache_row`` global over the shard caches listed in
+    ``image_shards.json``). A pair_id already used by an earlier shard is rejected as ``duplicate_pair_id``.
+    """
 
-    def requires(self) -> PrepareDataset:
-        return self.clone(PrepareDataset)
+    def requires(self) -> list[PrepareShard]:
+        return [self.clone(PrepareShard, shard_dir=folder) for folder in self.shard_dirs()]
+
+    def config(self) -> dict[str, Any]:
+        # the upstream signatures are hashed as a set; the order of shards matters (first id wins)
+        return {"shards": [shard.signature() for shard in self.requires()]}
+
+    def produce(self, work_dir: Path) -> dict[str, Any]:
+        shard_dirs = [self.input_dir(shard) for shard in self.requires()]
+        stacked = stack_shards(
+            [read_manifest(folder) for folder in shard_dirs],
+            [len(load_image_cache(folder / IMAGE_CACHE)) for folder in shard_dirs],
+        )
+        shard_rejects = [
+            pd.read_csv(folder / REJECTS, dtype=str, keep_default_na=False) for folder in shard_dirs
+        ]
+        rejects = pd.concat([*shard_rejects, stacked.rejects], ignore_index=True)
+        rejects.to_csv(work_dir / REJECTS, index=False)
+        shard_reports = [read_json(folder / DATASET_REPORT) for folder in shard_dirs]
+        n_input = sum(report["n_input"] for report in shard_reports)
+        enforce_reject_budget(n_input, rejects, self.effective_reject_budget())
+        save_frame(work_dir / MANIFEST, stacked.manifest)
+        write_json(
+            work_dir / IMAGE_SHARDS,
+            [os.path.relpath(folder / IMAGE_CACHE, self.output_dir()) for folder in shard_dirs],
+        )
+        truths = [read_ground_truth(folder) for folder in shard_dirs]
+        if any(truth is not None for truth in truths):
+            save_frame(
+                work_dir / GROUND_TRUTH, pd.concat([t for t in truths if t is not None], ignore_index=True)
+            )
+        summary = {
+            "n_input": n_input,
+            "n_kept": len(stacked.manifest),
+            "n_rejected": len(rejects),
+            "rejects_by_reason": reject_counts(rejects),
+            "reject_budget": self.effective_reject_budget(),
+            "n_shards": len(shard_dirs),
+            "shards": shard_reports,
+            # single-shard keys the report reads (the first shard's recipe notes and cache stats)
+            "image_cache": shard_reports[0]["image_cache"],
+            "recipe_notes": shard_reports[0]["recipe_notes"],
+        }
+        write_json(work_dir / DATASET_REPORT, summary)
+        return {key: value for key, value in summary.items() if key != "shards"}
+
+
+@dataclass
+class StackedShards:
+    manifest: pd.DataFrame
+    rejects: pd.DataFrame
+
+
+def stack_shards(manifests: list[pd.DataFrame], cache_lengths: list[int]) -> StackedShards:
+    """Shard manifests in order, ``cache_row`` offset by the rows of earlier shard caches; a pair_id seen in
+    an earlier shard is rejected (``duplicate_pair_id``), as a repeated id is within one shard.
+    """
+    if len(manifests) != len(cache_lengths):
+        raise ValueError(f"{len(manifests)} shard manifests for {len(cache_lengths)} image caches")
+    offsets = np.concatenate(([0], np.cumsum(cache_lengths)[:-1])).astype(np.int64)
+    seen: set[str] = set()
+    parts, reject_rows = [], []
+    for index, (manifest, offset) in enumerate(zip(manifests, offsets, strict=True)):
+        repeated = manifest["pair_id"].isin(seen)
+        reject_rows += [
+            (pair_id, "duplicate_pair_id", f"shard {index} repeats a pair_id of an earlier shard")
+            for pair_id in manifest.loc[repeated, "pair_id"]
+        ]
+        part = manifest[~repeated].copy()
+        part["cache_row"] = part["cache_row"].astype("int64") + offset
+        seen.update(part["pair_id"])
+        parts.append(part)
+    return StackedShards(pd.concat(parts, ignore_index=True), make_rejects(reject_rows))
+
+
+def load_prepared_images(prepared_dir: Path) -> np.ndarray | ShardedImageCache:
+    """The image cache a PrepareDataset output points to, indexed by its manifest's ``cache_row``."""
+    prepared_dir = Path(prepared_dir)
+    relative = read_json(prepared_dir / IMAGE_SHARDS)
+    return load_image_shards([(prepared_dir / path).resolve() for path in relative])
+
+
+class Deduplicate(DatasetParams, HashedTask):
+    """MinHash LSH over word shingles of the text; keeps one pair per duplicate cluster.
+
+    With shards, this builds on the previous shards' Deduplicate: it loads their persisted LSH index,
+    hashes only the new pairs, and drops a new pair that duplicates an earlier one (or a smaller new
+    pair_id); earlier pairs keep their status.
+    """
+
+    def requires(self) -> dict[str, HashedTask]:
+        required: dict[str, HashedTask] = {"prepared": self.clone(PrepareDataset)}
+        if self.shards:
+            required["previous"] = self.clone(Deduplicate, shards=list(self.shards)[:-1])
+        return required
 
     def config(self) -> dict[str, Any]:
         s = self.settings
@@ -105,18 +218,38 @@ class Deduplicate(DatasetParams, HashedTask):
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        prepared = self.input_dir(self.requires())
+        settings = self.config()
+        prepared = self.input_dir(self.requires()["prepared"])
         manifest = read_manifest(prepared)
-        result = deduplicate(manifest, **self.config())
-        save_frame(work_dir / MANIFEST, result.kept.reset_index(drop=True))
-        report = dict(result.report)
+        previous = self.requires().get("previous")
+        if previous is None:
+            index = DedupIndex(settings["threshold"], settings["num_perm"])
+            kept_before: set[str] = set()
+        else:
+            index = DedupIndex.load(self.input_dir(previous) / DEDUP_INDEX)
+            kept_before = set(read_manifest(self.input_dir(previous))["pair_id"])
+        is_new = ~manifest["pair_id"].isin(set(index.pair_ids))
+        result = deduplicate_into(index, manifest[is_new], settings["shingle_size"])
+        kept_ids = kept_before | set(result.kept["pair_id"])
+        save_frame(work_dir / MANIFEST, manifest[manifest["pair_id"].isin(kept_ids)].reset_index(drop=True))
+        index.save(work_dir / DEDUP_INDEX)
+        clusters = index.clusters()
+        report = {
+            **result.report,
+            "n_input": len(manifest),
+            "n_kept": len(kept_ids),
+            "n_removed": len(manifest) - len(kept_ids),
+            "n_clusters": len(clusters),
+            "n_new": int(is_new.sum()),
+            "n_new_kept": len(result.kept),
+        }
         ground_truth = read_ground_truth(prepared)
         if ground_truth is not None and "dup_cluster" in ground_truth.columns:
             present = ground_truth[ground_truth["pair_id"].isin(manifest["pair_id"])]
-            report["against_injected"] = dedup_precision_recall(result.clusters, present)
-        write_json(work_dir / "clusters.json", result.clusters)
+            report["against_injected"] = dedup_precision_recall(clusters, present)
+        write_json(work_dir / "clusters.json", clusters)
         write_json(work_dir / "dedup_report.json", report)
-        return report
+        return {key: value for key, value in report.items() if key != "example_clusters"}
 
 
 class Split(DatasetParams, HashedTask):

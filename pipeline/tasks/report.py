@@ -24,14 +24,13 @@ from evaluation.report import (
 )
 from pipeline.base import META_FILE, HashedTask
 from pipeline.io import library_versions, read_json, save_text, write_json
-from pipeline.steps.image_cache import load_image_cache
 from pipeline.tasks.cocos import COCOS_FILE, Cocos
 from pipeline.tasks.data import (
-    IMAGE_CACHE,
     Deduplicate,
     PrepareDataset,
     Split,
     integer_group_ids,
+    load_prepared_images,
     read_manifest,
 )
 from pipeline.tasks.evaluation import CURVES, TEST_IMAGE, TEST_ROWS, TEST_TEXT, Evaluate, retrieval_layout
@@ -171,7 +170,7 @@ class Report(GridParams, DatasetParams, HashedTask):
         if proximity is not None:
             shown |= {p for m in ("image", "text") for a, b, _ in proximity[m]["smallest"] for p in (a, b)}
         thumbnails = write_thumbnails(
-            load_image_cache(self.input_dir(req["prepared"]) / IMAGE_CACHE),
+            load_prepared_images(self.input_dir(req["prepared"])),
             cache_rows,
             shown,
             work_dir / FIGURES_DIR / "thumbs",

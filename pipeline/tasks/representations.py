@@ -14,11 +14,10 @@ from pipeline.base import HashedTask
 from pipeline.io import read_json, save_array, save_frame, write_json
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec
 from pipeline.steps.features import backbone_features
-from pipeline.steps.image_cache import load_image_cache
 from pipeline.steps.neighbors import annoy_neighbor_table, recall_against_exact
 from pipeline.steps.text import tokenize
 from pipeline.steps.word_vectors import train_word_vectors
-from pipeline.tasks.data import IMAGE_CACHE, PrepareDataset, Split, read_manifest
+from pipeline.tasks.data import PrepareDataset, Split, load_prepared_images, read_manifest
 from pipeline.tasks.params import DatasetParams
 
 DOC_VECTORS = "doc_vectors.npy"
@@ -98,7 +97,7 @@ class ImageFeatures(DatasetParams, HashedTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         manifest = read_manifest(self.input_dir(self.requires()["split"]))
-        images = load_image_cache(self.input_dir(self.requires()["prepared"]) / IMAGE_CACHE)
+        images = load_prepared_images(self.input_dir(self.requires()["prepared"]))
         t = self.settings.train
         features, loaded = backbone_features(
             images, manifest["cache_row"].to_numpy(), t.backbone, t.pretrained, t.image_size, self.data_seed

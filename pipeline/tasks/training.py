@@ -17,9 +17,14 @@ from models.losses import build_loss
 from models.training import BEST_CHECKPOINT, HISTORY_FILE, PairData, Trainer, pick_device
 from pipeline.base import HashedTask
 from pipeline.profiles import TrainSettings
-from pipeline.steps.image_cache import load_image_cache
 from pipeline.steps.text import encode_texts, tokenize
-from pipeline.tasks.data import IMAGE_CACHE, PrepareDataset, Split, integer_group_ids, read_manifest
+from pipeline.tasks.data import (
+    PrepareDataset,
+    Split,
+    integer_group_ids,
+    load_prepared_images,
+    read_manifest,
+)
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import (
     NEIGHBORS,
@@ -72,7 +77,7 @@ def load_pair_data(
     vocab, _ = load_vocabulary(words_dir)
     tokens, lengths = encode_texts((tokenize(t) for t in manifest["text"]), vocab, max_tokens)
     data = PairData(
-        images=load_image_cache(prepared_dir / IMAGE_CACHE),
+        images=load_prepared_images(prepared_dir),
         image_rows=manifest["cache_row"].to_numpy(),
         tokens=tokens,
         lengths=lengths,
