@@ -1,19 +1,25 @@
 """PVSE model (PIE-Net, masking, K=1 reduction) and its losses (MIL hinge, diversity, MMD, within-modality)
-checked against loop-by-loop references and gradcheck."""
+checked against loop-by-loop references and gradcheck; their COCOS diagnostics (Bleeker & de Rijke §4)
+checked on hand-built embeddings, against loop-by-loop counts, and through the COCOS collection."""
 
 from __future__ import annotations
 
 import math
 import time
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from models.batching import BatchSampler
 from models.encoders import MODELS, EncoderConfig, build_model
 from models.losses import LOSSES, LossPreconditionError, build_loss
 from models.losses.pvse_mil import diversity_penalty, mil_similarity, mmd_penalty
 from models.pvse import PolysemousInstanceEmbedding, PVSEModel
+from models.training import PairData
+from pipeline.tasks.cocos import collect_cocos
+from pipeline.variants import VARIANTS
 
 VOCAB = 23
 CONFIG = EncoderConfig(
@@ -418,3 +424,255 @@ def test_forward_backward_resnet18_64px_batch4_is_quick() -> None:
         grad = dict(model.named_parameters())[name].grad
         assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, name
     assert elapsed < 20.0, f"forward+backward took {elapsed:.1f} s"
+
+
+# ------------------------------------------------------------------------------------ COCOS diagnostics
+
+
+def unit_mix(dim: int, coefficients: dict[int, float], filler: int | None = None) -> torch.Tensor:
+    """A unit vector with the given coefficients on basis axes; ``filler`` takes the rest of the norm, on an
+    axis the vectors it is compared with do not use, so it changes no dot product of interest."""
+    vector = torch.zeros(dim, dtype=torch.float64)
+    for axis, value in coefficients.items():
+        vector[axis] = value
+    if filler is not None:
+        vector[filler] = math.sqrt(1.0 - float(vector.pow(2).sum()))
+    return vector
+
+
+def loop_hinge_counts(image, text, groups, margin, max_violation):
+    """Per query and direction: negatives whose hinge term is non-zero, or for the hardest-negative form
+    whether the hardest negative's term is, with every MIL score recomputed by loops."""
+    batch = image.shape[0]
+    scores = [[loop_mil(image[i], text[t]) for t in range(batch)] for i in range(batch)]
+    counts = {"image_to_text": [], "text_to_image": []}
+    for q in range(batch):
+        others = [c for c in range(batch) if groups[c] != groups[q]]
+        for direction, violations in (
+            ("image_to_text", [margin + scores[q][t] - scores[q][q] for t in others]),
+            ("text_to_image", [margin + scores[i][q] - scores[q][q] for i in others]),
+        ):
+            if max_violation:
+                counts[direction].append(int(bool(violations) and max(violations) > 0))
+            else:
+                counts[direction].append(sum(v > 0 for v in violations))
+    return counts
+
+
+def hand_built_pairs() -> tuple[torch.Tensor, torch.Tensor]:
+    """4 pairs, K = 2, margin 0.5: a negative breaks the margin when its MIL score exceeds 0.5 (every
+    positive scores 1). Axes 0-3 carry content, 4 and 5 only complete the norm of images and texts."""
+    image_second = [{1: 0.6}, {0: 0.65}, {0: 0.3}, {2: 0.8}]
+    text_second = [{}, {}, {0: 0.7}, {}]
+    image = torch.stack(
+        [torch.stack([unit_mix(6, {q: 1.0}), unit_mix(6, image_second[q], filler=4)]) for q in range(4)]
+    )
+    text = torch.stack(
+        [torch.stack([unit_mix(6, {q: 1.0}), unit_mix(6, text_second[q], filler=5)]) for q in range(4)]
+    )
+    return image, text
+
+
+#: MIL scores of :func:`hand_built_pairs` worked out by hand: 0.6 = image 0's second embedding on text 1's
+#: first, 0.7 = image 0's first on text 2's second, 0.455 = 0.65 * 0.7 (both second embeddings)
+HAND_BUILT_SCORES = [
+    [1.0, 0.6, 0.7, 0.0],
+    [0.65, 1.0, 0.455, 0.0],
+    [0.3, 0.0, 1.0, 0.0],
+    [0.0, 0.0, 0.8, 1.0],
+]
+
+
+@pytest.mark.parametrize(
+    ("max_violation", "image_to_text", "text_to_image"),
+    [(False, [2, 1, 0, 1], [1, 1, 2, 0]), (True, [1, 1, 0, 1], [1, 1, 1, 0])],
+)
+def test_pvse_mil_diagnostics_count_the_hand_built_violations(
+    max_violation: bool, image_to_text: list[int], text_to_image: list[int]
+) -> None:
+    image, text = hand_built_pairs()
+    torch.testing.assert_close(
+        mil_similarity(image, text), torch.tensor(HAND_BUILT_SCORES, dtype=torch.float64), atol=1e-12, rtol=0
+    )
+    loss = build_loss("pvse_mil", margin=0.5, max_violation=max_violation)
+    got = loss.diagnostics(image=image, text=text)
+    expected = {"image_to_text": image_to_text, "text_to_image": text_to_image}
+    assert set(got) == {f"{d}_{key}" for d in expected for key in ("contributing_negatives", "no_gradient")}
+    for direction, counts in expected.items():
+        assert got[f"{direction}_contributing_negatives"].tolist() == counts
+        assert got[f"{direction}_no_gradient"].tolist() == [c == 0 for c in counts]
+    assert loop_hinge_counts(image, text, list(range(4)), 0.5, max_violation) == expected
+
+
+@pytest.mark.parametrize("max_violation", [True, False])
+def test_pvse_mil_diagnostics_equal_loop_reference(max_violation: bool) -> None:
+    image, text = unit(6, 3, 4, seed=30), unit(6, 3, 4, seed=31)
+    groups = torch.tensor([0, 1, 1, 2, 3, 3])  # rows 1, 2 and rows 4, 5 are never each other's negatives
+    loss = build_loss("pvse_mil", margin=0.1, max_violation=max_violation)
+    got = loss.diagnostics(image=image, text=text, group_ids=groups, image_residual=image, text_residual=text)
+    expected = loop_hinge_counts(image, text, groups.tolist(), 0.1, max_violation)
+    for direction, counts in expected.items():
+        assert got[f"{direction}_contributing_negatives"].tolist() == counts, direction
+    # the data exercise queries without gradient and, when every violating negative counts, several
+    everything = set(expected["image_to_text"] + expected["text_to_image"])
+    assert everything == {0, 1} if max_violation else (0 in everything and max(everything) >= 2)
+
+
+def loop_within_counts(anchors_all, positives, groups, neighbor_of, neighbor_groups, margin, negatives):
+    counts = []
+    for m, i in enumerate(neighbor_of.tolist()):
+        positive = loop_mil(anchors_all[i], positives[m])
+        violations = [
+            margin + loop_mil(anchors_all[i], anchors_all[j]) - positive
+            for j in range(anchors_all.shape[0])
+            if groups[j] != groups[i] and groups[j] != neighbor_groups[m]
+        ]
+        if negatives == "hardest":
+            counts.append(int(bool(violations) and max(violations) > 0))
+        else:
+            counts.append(sum(v > 0 for v in violations))
+    return counts
+
+
+def hand_built_neighbours() -> dict[str, torch.Tensor]:
+    """4 rows, K = 2, each row the anchor of one neighbour whose embeddings are its own first one (positive
+    score 1); margin 0.5, so a valid negative breaks it when its MIL score with the anchor exceeds 0.5.
+    Anchor 0's neighbour is row 1's item and anchor 3's row 2's, so those rows are no negatives for them."""
+    dim = 8
+    texts = [
+        [unit_mix(dim, {0: 1.0}), unit_mix(dim, {1: 0.6}, filler=5)],  # 0.6 with text 1
+        [unit_mix(dim, {1: 1.0}), unit_mix(dim, {1: 1.0})],
+        [unit_mix(dim, {2: 1.0}), unit_mix(dim, {0: 0.7}, filler=6)],  # 0.7 with text 0
+        [unit_mix(dim, {3: 1.0}), unit_mix(dim, {2: 0.8}, filler=7)],  # 0.8 with text 2
+    ]
+    images = [
+        [unit_mix(dim, {0: 1.0}), unit_mix(dim, {0: 1.0})],
+        [unit_mix(dim, {1: 1.0}), unit_mix(dim, {0: 0.9}, filler=5)],  # 0.9 with image 0
+        [unit_mix(dim, {2: 1.0}), unit_mix(dim, {2: 1.0})],
+        [unit_mix(dim, {3: 1.0}), unit_mix(dim, {0: 0.9}, filler=6)],  # 0.9 with image 0, 0.81 with image 1
+    ]
+    own_first = torch.stack([unit_mix(dim, {i: 1.0}).expand(2, dim) for i in range(4)])
+    return {
+        "image": torch.stack([torch.stack(row) for row in images]),
+        "text": torch.stack([torch.stack(row) for row in texts]),
+        "neighbor_image": own_first,
+        "neighbor_text": own_first.clone(),
+        "neighbor_of": torch.arange(4),
+        "neighbor_group_ids": torch.tensor([1, 7, 8, 2]),
+        "group_ids": torch.arange(4),
+    }
+
+
+@pytest.mark.parametrize(
+    ("negatives", "within_text", "within_image"),
+    [("all", [1, 1, 2, 0], [1, 2, 0, 2]), ("hardest", [1, 1, 1, 0], [1, 1, 0, 1])],
+)
+def test_pvse_within_modality_diagnostics_count_the_hand_built_violations(
+    negatives: str, within_text: list[int], within_image: list[int]
+) -> None:
+    inputs = hand_built_neighbours()
+    loss = build_loss("pvse_within_modality", within_margin=0.5, negatives=negatives)
+    got = loss.diagnostics(**inputs)
+    expected = {"within_text": within_text, "within_image": within_image}
+    assert set(got) == {f"{d}_{key}" for d in expected for key in ("contributing_negatives", "no_gradient")}
+    for name, counts in expected.items():
+        assert got[f"{name}_contributing_negatives"].tolist() == counts
+        assert got[f"{name}_no_gradient"].tolist() == [c == 0 for c in counts]
+        modality = name.removeprefix("within_")
+        reference = loop_within_counts(
+            inputs[modality],
+            inputs[f"neighbor_{modality}"],
+            inputs["group_ids"].tolist(),
+            inputs["neighbor_of"],
+            inputs["neighbor_group_ids"].tolist(),
+            0.5,
+            negatives,
+        )
+        assert reference == counts, name
+
+    # a switched-off term (alpha = 0) sends no gradient to any negative
+    ablated = build_loss("pvse_within_modality", alpha=0.0, within_margin=0.5, negatives=negatives)
+    off = ablated.diagnostics(**inputs)
+    assert off["within_text_contributing_negatives"].tolist() == [0, 0, 0, 0]
+    assert off["within_image_contributing_negatives"].tolist() == within_image
+
+
+@pytest.mark.parametrize("negatives", ["hardest", "all"])
+def test_pvse_within_modality_diagnostics_equal_loop_reference(negatives: str) -> None:
+    image, text, neighbor_image, neighbor_text, groups, neighbor_of, neighbor_groups = within_setup()
+    loss = build_loss("pvse_within_modality", within_margin=0.1, negatives=negatives)
+    got = loss.diagnostics(
+        image=image,
+        text=text,
+        neighbor_image=neighbor_image,
+        neighbor_text=neighbor_text,
+        neighbor_of=neighbor_of,
+        neighbor_group_ids=neighbor_groups,
+        group_ids=groups,
+    )
+    g, ng = groups.tolist(), neighbor_groups.tolist()
+    counts = []
+    for name, anchors, positives in (("text", text, neighbor_text), ("image", image, neighbor_image)):
+        expected = loop_within_counts(anchors, positives, g, neighbor_of, ng, 0.1, negatives)
+        assert got[f"within_{name}_contributing_negatives"].tolist() == expected, name
+        counts += expected
+    assert set(counts) == {0, 1} if negatives == "hardest" else (0 in counts and max(counts) >= 2)
+    # a batch without neighbour pairs has no queries for this loss: nothing to report
+    assert (
+        loss.diagnostics(
+            image=image,
+            text=text,
+            neighbor_image=neighbor_image[:0],
+            neighbor_text=neighbor_text[:0],
+            neighbor_of=neighbor_of[:0],
+        )
+        == {}
+    )
+
+
+def test_pvse_ours_variant_yields_cocos_rows() -> None:
+    """Through the COCOS collection the Cocos task runs: a frozen PVSE model, training-style batches with
+    sampled neighbours, the PVSE+Ours variant's own losses; every direction becomes a COCOS table row."""
+    model = make_model(num_embeds=2)
+    n, batch_size = 8, 4
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 6, n)
+    tokens = rng.integers(1, VOCAB, (n, 5))
+    tokens[np.arange(5)[None, :] >= lengths[:, None]] = 0
+    data = PairData(
+        images=rng.integers(0, 255, (n, 32, 32, 3), dtype=np.uint8),
+        image_rows=np.arange(n),
+        tokens=tokens,
+        lengths=lengths,
+        group_ids=np.arange(n),
+    )
+    neighbours = np.array([[(i + 1) % n, (i + 3) % n] for i in range(n)])
+    sampler = BatchSampler(np.arange(n), batch_size, np.random.default_rng(0), neighbours, "in_batch")
+    variant = VARIANTS["pvse_ours"]
+    losses = [build_loss(spec.name, **spec.params) for spec in variant.losses]
+    summary = collect_cocos(model, losses, data, sampler, 32, torch.device("cpu"))
+
+    assert set(summary) == {"pvse_mil", "pvse_within_modality"}
+    for keys in summary.values():
+        assert all(stats["n_batches"] == sampler.batches_per_epoch for stats in keys.values())
+    # hardest-negative hinges: at most one contributing negative per query (4 cross-modal queries a batch,
+    # 2 anchors with a sampled neighbour)
+    for key, queries in (("image_to_text", 4), ("text_to_image", 4)):
+        stats = summary["pvse_mil"][f"{key}_contributing_negatives"]
+        assert 0.0 <= stats["per_query_mean"] <= 1.0 and 0.0 <= stats["per_batch_sum_mean"] <= queries
+    for key in ("within_text", "within_image"):
+        stats = summary["pvse_within_modality"][f"{key}_contributing_negatives"]
+        assert 0.0 <= stats["per_query_mean"] <= 1.0 and 0.0 <= stats["per_batch_sum_mean"] <= 2
+
+    # imported here: importing evaluation.report before the pipeline package hits an import cycle
+    # (evaluation.report -> pipeline.variants -> pipeline/__init__ -> pipeline.tasks.report -> evaluation.report)
+    from evaluation.report import cocos_rows
+
+    _, rows = cocos_rows([{"label": variant.label, "seed": 0, "losses": summary}])
+    assert {(row["loss"], row["direction"]) for row in rows} == {
+        ("pvse_mil", "image_to_text"),
+        ("pvse_mil", "text_to_image"),
+        ("pvse_within_modality", "within_text"),
+        ("pvse_within_modality", "within_image"),
+    }
+    assert all(set(row["values"]) == {"C^q", "C^B", "C^0"} and not row["other_keys"] for row in rows)

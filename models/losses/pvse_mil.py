@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from models.losses.angular import contribution_summary
 from models.losses.base import (
     Loss,
     LossOutput,
@@ -102,6 +103,25 @@ def hinge_on_scores(
     return image_to_text.mean(), text_to_image.mean()
 
 
+def hinge_contributions(
+    scores: Tensor, same_group: Tensor, margin: float, max_violation: bool
+) -> tuple[Tensor, Tensor]:
+    """``LongTensor[B]`` per direction (image-to-text by row, text-to-image by column): the negatives in each
+    query's gradient in :func:`hinge_on_scores` (COCOS C^q, Bleeker & de Rijke §4).
+
+    With ``max_violation`` only the hardest negative carries gradient, so C^q is 1 when it breaks the margin
+    (``margin + s(negative) - s(positive) > 0``), else 0; without it, every violating negative counts.
+    """
+    positive = scores.diagonal()
+    other_group = ~same_group
+    image_to_text = ((margin + scores - positive.unsqueeze(1)) > 0) & other_group
+    text_to_image = ((margin + scores - positive.unsqueeze(0)) > 0) & other_group
+    if max_violation:
+        # the hardest negative violates exactly when some negative does
+        return image_to_text.any(dim=1).long(), text_to_image.any(dim=0).long()
+    return image_to_text.sum(dim=1), text_to_image.sum(dim=0)
+
+
 @register_loss("pvse_mil")
 class PvseMil(Loss):
     """PVSE loss: ``L = L_i2t + L_t2i + diversity_weight * (div(image_res) + div(text_res)) + mmd_weight * MMD``.
@@ -136,6 +156,15 @@ class PvseMil(Loss):
         self.mmd_weight = mmd_weight
         self.mmd_gamma = mmd_gamma
 
+    @staticmethod
+    def _scores(image: Tensor, text: Tensor, group_ids: Tensor | None) -> tuple[Tensor, Tensor]:
+        """After the input guards: the ``[B, B]`` MIL scores and the mask of same-group (non-negative) pairs."""
+        check_multi_embeddings("image", image)
+        check_multi_embeddings("text", text)
+        check_pair_embeddings(image, text)
+        groups = default_group_ids(group_ids, image.shape[0], image.device)
+        return mil_similarity(image, text), groups.unsqueeze(0) == groups.unsqueeze(1)
+
     def forward(
         self,
         *,
@@ -146,14 +175,8 @@ class PvseMil(Loss):
         group_ids: Tensor | None = None,
         **_: Tensor,
     ) -> LossOutput:
-        check_multi_embeddings("image", image)
-        check_multi_embeddings("text", text)
-        check_pair_embeddings(image, text)
-        groups = default_group_ids(group_ids, image.shape[0], image.device)
-        same_group = groups.unsqueeze(0) == groups.unsqueeze(1)
-        image_to_text, text_to_image = hinge_on_scores(
-            mil_similarity(image, text), same_group, self.margin, self.max_violation
-        )
+        scores, same_group = self._scores(image, text, group_ids)
+        image_to_text, text_to_image = hinge_on_scores(scores, same_group, self.margin, self.max_violation)
         zero = image.new_zeros(())
         multi = image.shape[1] > 1
         diversity = zero
@@ -181,4 +204,19 @@ class PvseMil(Loss):
             "text_to_image_loss": text_to_image,
             "diversity_loss": diversity,
             "mmd_loss": mmd,
+        }
+
+    @torch.no_grad()
+    def diagnostics(
+        self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **_: Tensor
+    ) -> dict[str, Tensor]:
+        """COCOS of the two ranking terms, keyed by direction as the other cross-modal losses report it; the
+        diversity and MMD regularisers rank no candidates, so they have no negatives to count."""
+        scores, same_group = self._scores(image, text, group_ids)
+        image_to_text, text_to_image = hinge_contributions(
+            scores, same_group, self.margin, self.max_violation
+        )
+        return {
+            **contribution_summary("image_to_text", image_to_text),
+            **contribution_summary("text_to_image", text_to_image),
         }

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import torch
 from torch import Tensor
 
+from models.losses.angular import contribution_summary
 from models.losses.base import (
     NEIGHBOR_KEYWORDS,
     Loss,
@@ -22,6 +24,15 @@ from models.losses.pvse_mil import check_multi_embeddings, mil_similarity, paire
 from models.losses.within_modality import neighbour_negative_mask
 
 NEGATIVE_MODES = ("hardest", "all")
+
+
+def within_modality_violations(
+    anchors: Tensor, positives: Tensor, candidates: Tensor, margin: float
+) -> Tensor:
+    """``[M, B]`` ``margin + s(a_m, n_b) - s(a_m, p_m)`` with ``s`` the MIL similarity: positive where batch
+    row b, if a valid negative, breaks the margin for anchor m."""
+    positive = paired_mil_similarity(anchors, positives)
+    return margin + mil_similarity(anchors, candidates) - positive.unsqueeze(1)
 
 
 def within_modality_hinge(
@@ -40,11 +51,25 @@ def within_modality_hinge(
     """
     if anchors.shape[0] == 0:
         return candidates.sum() * 0.0  # keeps the graph so a batch without neighbours still backpropagates
-    positive = paired_mil_similarity(anchors, positives)
-    violations = (margin + mil_similarity(anchors, candidates) - positive.unsqueeze(1)).clamp(min=0)
+    violations = within_modality_violations(anchors, positives, candidates, margin).clamp(min=0)
     violations = violations.masked_fill(~valid_negative, 0.0)
     per_anchor = violations.amax(dim=1) if negatives == "hardest" else violations.sum(dim=1)
     return per_anchor.mean()
+
+
+def within_modality_contributions(
+    anchors: Tensor,
+    positives: Tensor,
+    candidates: Tensor,
+    valid_negative: Tensor,
+    margin: float,
+    negatives: str,
+) -> Tensor:
+    """``LongTensor[M]``: negatives in each anchor's gradient in :func:`within_modality_hinge` (COCOS C^q,
+    Bleeker & de Rijke §4): the violating valid negatives for "all"; for "hardest", 1 when the hardest valid
+    negative breaks the margin (exactly when some valid negative does), else 0."""
+    violating = (within_modality_violations(anchors, positives, candidates, margin) > 0) & valid_negative
+    return violating.any(dim=1).long() if negatives == "hardest" else violating.sum(dim=1)
 
 
 @register_loss("pvse_within_modality")
@@ -92,18 +117,18 @@ class PvseWithinModality(Loss):
         self.within_margin = within_margin
         self.negatives = negatives
 
-    def forward(
+    def _modalities(
         self,
-        *,
         image: Tensor,
         text: Tensor,
-        neighbor_image: Tensor | None = None,
-        neighbor_text: Tensor | None = None,
-        neighbor_of: Tensor | None = None,
-        neighbor_group_ids: Tensor | None = None,
-        group_ids: Tensor | None = None,
-        **_: Tensor,
-    ) -> LossOutput:
+        neighbor_image: Tensor | None,
+        neighbor_text: Tensor | None,
+        neighbor_of: Tensor | None,
+        neighbor_group_ids: Tensor | None,
+        group_ids: Tensor | None,
+    ) -> tuple[list[tuple[str, float, Tensor, Tensor, Tensor]], Tensor]:
+        """Guards, then ``(modality, weight, anchors, positives, batch rows)`` for text (Eq. 6) and image
+        (Eq. 7), and the ``[M, B]`` mask of valid negatives."""
         if neighbor_image is None or neighbor_text is None or neighbor_of is None:
             raise LossPreconditionError(
                 "pvse_within_modality needs neighbor_image, neighbor_text [M, K, D] and neighbor_of [M]: sample "
@@ -131,14 +156,63 @@ class PvseWithinModality(Loss):
             )
         groups = default_group_ids(group_ids, batch, image.device)
         valid_negative = neighbour_negative_mask(groups, neighbor_of, neighbor_group_ids)
+        modalities = [
+            ("text", self.alpha, text[neighbor_of], neighbor_text, text),
+            ("image", self.beta, image[neighbor_of], neighbor_image, image),
+        ]
+        return modalities, valid_negative
 
-        text_term = within_modality_hinge(
-            text[neighbor_of], neighbor_text, text, valid_negative, self.within_margin, self.negatives
+    def forward(
+        self,
+        *,
+        image: Tensor,
+        text: Tensor,
+        neighbor_image: Tensor | None = None,
+        neighbor_text: Tensor | None = None,
+        neighbor_of: Tensor | None = None,
+        neighbor_group_ids: Tensor | None = None,
+        group_ids: Tensor | None = None,
+        **_: Tensor,
+    ) -> LossOutput:
+        modalities, valid_negative = self._modalities(
+            image, text, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids, group_ids
         )
-        image_term = within_modality_hinge(
-            image[neighbor_of], neighbor_image, image, valid_negative, self.within_margin, self.negatives
+        losses: LossOutput = {}
+        for modality, weight, anchors, positives, pool in modalities:
+            term = within_modality_hinge(
+                anchors, positives, pool, valid_negative, self.within_margin, self.negatives
+            )
+            losses[f"{modality}_within_modality_loss"] = weight * term
+        return losses
+
+    @torch.no_grad()
+    def diagnostics(
+        self,
+        *,
+        image: Tensor,
+        text: Tensor,
+        neighbor_image: Tensor | None = None,
+        neighbor_text: Tensor | None = None,
+        neighbor_of: Tensor | None = None,
+        neighbor_group_ids: Tensor | None = None,
+        group_ids: Tensor | None = None,
+        **_: Tensor,
+    ) -> dict[str, Tensor]:
+        """COCOS per neighbour pair, keyed ``within_text`` / ``within_image`` as ``within_modality`` reports
+        it. A batch without neighbour pairs has no queries for this loss and reports nothing (an empty count
+        would have no per-query mean)."""
+        modalities, valid_negative = self._modalities(
+            image, text, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids, group_ids
         )
-        return {
-            "text_within_modality_loss": self.alpha * text_term,
-            "image_within_modality_loss": self.beta * image_term,
-        }
+        if valid_negative.shape[0] == 0:
+            return {}
+        summary: dict[str, Tensor] = {}
+        for modality, weight, anchors, positives, pool in modalities:
+            if weight == 0:  # a switched-off term (an ablation) sends no gradient to any negative
+                counts = anchors.new_zeros(anchors.shape[0], dtype=torch.long)
+            else:
+                counts = within_modality_contributions(
+                    anchors, positives, pool, valid_negative, self.within_margin, self.negatives
+                )
+            summary.update(contribution_summary(f"within_{modality}", counts))
+        return summary
