@@ -38,9 +38,22 @@ reads image files by path.
 
 Output
 ------
-``pair_id`` ``cc-<key>``, or ``cc-<folder>-<key>`` when ``raw_dir`` holds several output folders; ``split``
-from a folder named ``train``/``training``, ``val``/``validation`` or ``test`` (or containing such a word,
-e.g. ``cc3m_val``), else left to the pipeline; ``source`` ``<folder>/<shard>``.
+``pair_id`` ``cc-<key>``, or ``cc-<folder>-<key>`` when ``raw_dir`` holds several output folders;
+``source`` ``<folder>/<shard>``.
+
+Splits
+------
+A folder named ``train``/``training``, ``val``/``validation`` or ``test`` (or containing such a word, e.g.
+``cc3m_val``) names a split. Conceptual Captions publishes only a training and a validation set (its test
+set is hidden), so the two downloads name no test split, and the pipeline needs all three. Option
+``splits``:
+
+* ``"auto"`` (default): the folders' splits when they name train, val and test; otherwise no ``split``
+  column, and the pipeline splits every pair 80/10/10 by hash (Thomas & Kovashka §3.3);
+* ``"folders"``: always the folders' splits (rows of a folder naming none are left to the pipeline);
+* ``"hash"``: never; the pipeline splits every pair.
+
+``notes["splits"]`` says which was used and ``notes["folder_splits"]`` what each folder names.
 """
 
 from __future__ import annotations
@@ -54,12 +67,13 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 import pyarrow.parquet as pq
 
-from data_recipes.manifest import RecipeResult, check_manifest_columns
+from data_recipes.manifest import VALID_SPLITS, RecipeResult, check_manifest_columns
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 METADATA_COLUMNS = ("key", "caption", "url", "status", "error_message")
 SPLIT_WORDS = {"train": "train", "training": "train", "val": "val", "validation": "val", "test": "test"}
 EXTRACTED_DIR = "images"
+SPLIT_CHOICES = ("auto", "folders", "hash")
 _SHARD = re.compile(r"^\d+$")
 
 
@@ -215,7 +229,18 @@ def _relative_to(path: str, root: Path) -> str:
         return path
 
 
-def build(raw_dir: Path | None, work_dir: Path, *, images_dir: str | Path | None = None) -> RecipeResult:
+def use_folder_splits(folder_splits: dict[str | None, str | None], splits: str) -> bool:
+    """Whether the folders' splits fill the ``split`` column (see the module's "Splits")."""
+    if splits not in SPLIT_CHOICES:
+        raise ValueError(f"conceptual_captions splits={splits!r} is not one of {SPLIT_CHOICES}")
+    if splits == "auto":
+        return set(VALID_SPLITS) <= set(folder_splits.values())
+    return splits == "folders"
+
+
+def build(
+    raw_dir: Path | None, work_dir: Path, *, images_dir: str | Path | None = None, splits: str = "auto"
+) -> RecipeResult:
     """Convert img2dataset output folder(s) of Conceptual Captions into a manifest."""
     if raw_dir is None or not Path(raw_dir).is_dir():
         raise FileNotFoundError(
@@ -236,6 +261,8 @@ def build(raw_dir: Path | None, work_dir: Path, *, images_dir: str | Path | None
         )
 
     work_dir = Path(work_dir)
+    folder_splits = {part: split_from_name(part) for part, _ in folders}
+    with_folder_splits = use_folder_splits(folder_splits, splits)
     skipped: Counter = Counter()
     frames = []
     for part, folder in folders:
@@ -246,7 +273,7 @@ def build(raw_dir: Path | None, work_dir: Path, *, images_dir: str | Path | None
             for row in shard_rows(folder, shard, part, extract_dir, skipped)
         ]
         frame = pd.DataFrame(rows, columns=["pair_id", "image_path", "text", "source"])
-        frame["split"] = split_from_name(part)
+        frame["split"] = folder_splits[part] if with_folder_splits else None
         frames.append(frame)
 
     manifest = pd.concat(frames, ignore_index=True)
@@ -257,5 +284,7 @@ def build(raw_dir: Path | None, work_dir: Path, *, images_dir: str | Path | None
         "skipped": dict(sorted(skipped.items())),
         "folders": [str(folder) for _, folder in folders],
         "extracted_to": str(work_dir / EXTRACTED_DIR),
+        "splits": "folders" if with_folder_splits else "hash",
+        "folder_splits": {folder.name: folder_splits[part] for part, folder in folders},
     }
     return RecipeResult(manifest=check_manifest_columns(manifest), image_root=raw_dir, notes=notes)

@@ -126,7 +126,6 @@ def single_loss_variants() -> dict[str, Variant]:
 VARIANTS.update(single_loss_variants())
 
 
-
 def paper_grid(caption_groups: bool) -> tuple[str, ...]:
     """The variants FullRun trains by default: Tables 1 and 4, and Table 2 when the dataset has several
     captions per image (Struc with ground-truth groups needs them).

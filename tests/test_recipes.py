@@ -1,11 +1,12 @@
-"""Each dataset recipe converts its hand-made fixture (published schema, tests/fixtures/recipes/) end to
-end into a valid manifest: columns, pair counts, ids, groups, splits, text choices and skipped counts."""
+"""Each dataset recipe converts its fixture (published schema, tests/fixtures/recipes/) end to end into a
+valid manifest: columns, pair counts, ids, groups, splits, text choices and skipped counts. The tests name
+the hand-made items; the generated ones (make_fixtures) add to the counts."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pickle
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -17,12 +18,14 @@ from data_recipes.coco import find_official_files
 from data_recipes.conceptual_captions import split_from_name
 from data_recipes.manifest import ManifestError, check_manifest_columns, resolve_image_paths
 from data_recipes.politics import first_sentences, load_metadata, split_sentences
+from tests.fixtures.recipes import make_fixtures as fixtures
 
-_spec = importlib.util.spec_from_file_location(
-    "make_fixtures", Path(__file__).parent / "fixtures" / "recipes" / "make_fixtures.py"
-)
-fixtures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fixtures)
+# pairs of the generated part of each fixture
+POLITICS_PER_SIDE = len(fixtures.POLITICS_ISSUES) * fixtures.POLITICS_PER_ISSUE
+COCO_CAPTIONS = fixtures.COCO_IMAGES * fixtures.COCO_CAPTIONS_PER_IMAGE
+FLICKR_CAPTIONS = fixtures.FLICKR_IMAGES * 5
+CC_GENERATED = fixtures.CC_TRAIN_LINES + fixtures.CC_VALIDATION_LINES
+HAND_MADE_GOODNEWS = "goodnews-5a0b1c2d3e4f5a6b7c8d9e0"  # prefix of the hand-made articles' pair ids
 
 
 def run_recipe(name: str, tmp_path: Path, raw: Path | None = None, **options):
@@ -106,7 +109,7 @@ def test_first_sentences_keeps_n_and_rejects_zero():
 
 def test_politics_fixture_to_manifest(tmp_path):
     result = run_recipe("politics", tmp_path)
-    manifest = assert_valid(result, expected_pairs=9)
+    manifest = assert_valid(result, expected_pairs=9 + 2 * POLITICS_PER_SIDE)
     assert result.notes["skipped"] == {"no_image": 1}
     assert all(path.startswith("imgs/") for path in manifest["image_path"])  # crawler paths re-rooted
     by_id = manifest.set_index("pair_id")
@@ -124,7 +127,10 @@ def test_politics_fixture_to_manifest(tmp_path):
     assert "side" not in manifest.columns
     truth = result.ground_truth
     assert list(truth.index) == list(manifest["pair_id"])
-    assert truth["side"].value_counts().to_dict() == {"right": 5, "left": 4}
+    assert truth["side"].value_counts().to_dict() == {
+        "right": 5 + POLITICS_PER_SIDE,
+        "left": 4 + POLITICS_PER_SIDE,
+    }
     assert truth.loc["politics-left-immigration-1", "media_source"] == "huffpost"
     assert truth.loc["politics-right-gun_control-0", "issue"] == "gun control"
 
@@ -169,7 +175,7 @@ def test_politics_needs_exactly_one_pickle(tmp_path):
     with pytest.raises(FileNotFoundError, match="metadata="):
         build_recipe("politics", raw, tmp_path / "work")
     result = build_recipe("politics", raw, tmp_path / "work", metadata="politics_metadata.pkl")
-    assert len(result.manifest) == 9
+    assert len(result.manifest) == 9 + 2 * POLITICS_PER_SIDE
 
 
 # --- GoodNews -----------------------------------------------------------------------------------
@@ -177,7 +183,7 @@ def test_politics_needs_exactly_one_pickle(tmp_path):
 
 def test_goodnews_captions_with_published_splits(tmp_path):
     result = run_recipe("goodnews", tmp_path)
-    manifest = assert_valid(result, expected_pairs=9).set_index("pair_id")
+    manifest = assert_valid(result, expected_pairs=9 + fixtures.GOODNEWS_IMAGES).set_index("pair_id")
     assert result.notes["skipped"] == {} and result.notes["images_without_split"] == 0
     assert "group_id" not in manifest.columns
     article = "5a0b1c2d3e4f5a6b7c8d9e02"
@@ -187,7 +193,8 @@ def test_goodnews_captions_with_published_splits(tmp_path):
         manifest.loc[f"goodnews-{article}_10", "text"] == "The Centre Court roof was closed because of rain."
     )
     assert manifest.loc[f"goodnews-{article}_10", "split"] == "test"
-    assert manifest["split"].value_counts().to_dict() == {"train": 5, "test": 2, "val": 2}
+    hand_made = manifest[manifest.index.str.startswith(HAND_MADE_GOODNEWS)]
+    assert hand_made["split"].value_counts().to_dict() == {"train": 5, "test": 2, "val": 2}
     assert manifest.loc["goodnews-5a0b1c2d3e4f5a6b7c8d9e04_3", "text"] == ""  # blank caption kept
 
 
@@ -199,7 +206,7 @@ def test_goodnews_article_text_groups_images_of_an_article(tmp_path):
         "system. Mr. McConnell said a vote could come next week."
     )
     assert manifest.loc["goodnews-5a0b1c2d3e4f5a6b7c8d9e01_1", "text"] == first["text"]
-    assert manifest["group_id"].nunique() == 4
+    assert manifest["group_id"].nunique() == 4 + fixtures.GOODNEWS_ARTICLES
     assert (
         manifest.loc["goodnews-5a0b1c2d3e4f5a6b7c8d9e02_2", "group_id"] == "goodnews-5a0b1c2d3e4f5a6b7c8d9e02"
     )
@@ -216,7 +223,7 @@ def test_goodnews_without_split_file_and_bad_option(tmp_path):
     raw = fixtures.make_fixture("goodnews", tmp_path / "raw")
     (raw / "img_splits.json").unlink()
     result = build_recipe("goodnews", raw, tmp_path / "work")
-    assert "split" not in result.manifest.columns and len(result.manifest) == 9
+    assert "split" not in result.manifest.columns and len(result.manifest) == 9 + fixtures.GOODNEWS_IMAGES
     with pytest.raises(ValueError, match="text="):
         build_recipe("goodnews", raw, tmp_path / "work", text="headline")
 
@@ -226,14 +233,12 @@ def test_goodnews_without_split_file_and_bad_option(tmp_path):
 
 def test_coco_official_annotations(tmp_path):
     result = run_recipe("coco", tmp_path, annotations="official")
-    manifest = assert_valid(result, expected_pairs=21).set_index("pair_id")
+    manifest = assert_valid(result, expected_pairs=21 + COCO_CAPTIONS).set_index("pair_id")
     assert "split" not in manifest.columns
-    assert manifest.groupby("group_id").size().to_dict() == {
-        "coco-image-139": 5,
-        "coco-image-285": 5,
-        "coco-image-391895": 5,
-        "coco-image-522418": 6,
-    }
+    per_image = manifest.groupby("group_id").size()
+    hand_made = {"coco-image-139": 5, "coco-image-285": 5, "coco-image-391895": 5, "coco-image-522418": 6}
+    assert per_image[list(hand_made)].to_dict() == hand_made
+    assert len(per_image) == 4 + fixtures.COCO_IMAGES and per_image.min() == fixtures.COCO_CAPTIONS_PER_IMAGE
     assert manifest.loc["coco-379917", "text"] == "A woman standing in a kitchen by a window"
     assert manifest.loc["coco-379917", "image_path"] == "val2017/000000000139.jpg"
     assert manifest.loc["coco-770337", "image_path"] == "train2017/000000391895.jpg"
@@ -242,10 +247,11 @@ def test_coco_official_annotations(tmp_path):
 
 def test_coco_karpathy_split_on_2017_images(tmp_path):
     result = run_recipe("coco", tmp_path)  # auto: dataset_coco.json is there
-    manifest = assert_valid(result, expected_pairs=21)
+    manifest = assert_valid(result, expected_pairs=21 + COCO_CAPTIONS)
     assert result.notes["annotations"] == "karpathy"
     per_group = manifest.groupby("group_id")["split"].agg(set).to_dict()
-    assert per_group == {
+    hand_made = ("coco-image-391895", "coco-image-522418", "coco-image-139", "coco-image-285")
+    assert {group: per_group[group] for group in hand_made} == {
         "coco-image-391895": {"test"},
         "coco-image-522418": {"train"},  # restval -> train
         "coco-image-139": {"val"},
@@ -253,13 +259,14 @@ def test_coco_karpathy_split_on_2017_images(tmp_path):
     }
     paths = manifest.groupby("group_id")["image_path"].first().to_dict()
     assert paths["coco-image-391895"] == "train2017/000000391895.jpg"  # 2014 name mapped to 2017 file
-    assert set(manifest["pair_id"]) == {f"coco-karpathy-{i}" for i in range(21)}
+    generated = range(fixtures.COCO_FIRST_SENTID, fixtures.COCO_FIRST_SENTID + COCO_CAPTIONS)
+    assert set(manifest["pair_id"]) == {f"coco-karpathy-{i}" for i in [*range(21), *generated]}
 
 
 def test_coco_karpathy_on_2014_images_and_restval_option(tmp_path):
     raw = fixtures.make_coco(tmp_path / "raw", image_folders=("val2014",))
     result = build_recipe("coco", raw, tmp_path / "work", restval="val")
-    manifest = assert_valid(result, expected_pairs=21)
+    manifest = assert_valid(result, expected_pairs=21 + COCO_CAPTIONS)
     assert manifest["image_path"].str.startswith("val2014/COCO_val2014_").all()
     assert set(manifest.loc[manifest["group_id"] == "coco-image-522418", "split"]) == {"val"}
 
@@ -289,10 +296,13 @@ def _tsv_captions(raw: Path) -> dict[str, str]:
 
 def test_conceptual_captions_img2dataset_output(tmp_path):
     raw = fixtures.make_fixture("conceptual_captions", tmp_path / "raw")
-    result = build_recipe("conceptual_captions", raw, tmp_path / "work")
-    manifest = assert_valid(result, expected_pairs=13)
+    result = build_recipe("conceptual_captions", raw, tmp_path / "work", splits="folders")
+    manifest = assert_valid(result, expected_pairs=13 + CC_GENERATED)
     assert result.notes["skipped"] == {"failed_to_download": 3, "failed_to_resize": 2}
-    assert manifest["split"].value_counts().to_dict() == {"train": 9, "val": 4}
+    assert manifest["split"].value_counts().to_dict() == {
+        "train": 9 + fixtures.CC_TRAIN_LINES,
+        "val": 4 + fixtures.CC_VALIDATION_LINES,
+    }
     assert "cc-train-000000002" not in set(manifest["pair_id"])  # a /404/ URL
     by_id = manifest.set_index("pair_id")
     assert (
@@ -303,8 +313,31 @@ def test_conceptual_captions_img2dataset_output(tmp_path):
     extracted = Path(by_id.loc["cc-train-000020001", "image_path"])  # webdataset: extracted to work_dir
     assert extracted.is_relative_to(tmp_path / "work")
     assert set(manifest["text"]) <= set(_tsv_captions(raw).values())
-    again = build_recipe("conceptual_captions", raw, tmp_path / "work")
+    again = build_recipe("conceptual_captions", raw, tmp_path / "work", splits="folders")
     pd.testing.assert_frame_equal(again.manifest, result.manifest)
+
+
+def test_conceptual_captions_splits_option(tmp_path):
+    raw = fixtures.make_fixture("conceptual_captions", tmp_path / "raw")
+    # the release's two downloads name train and val only: by default the pipeline splits every pair
+    auto = build_recipe("conceptual_captions", raw, tmp_path / "work")
+    assert "split" not in auto.manifest.columns and len(auto.manifest) == 13 + CC_GENERATED
+    assert auto.notes["splits"] == "hash"
+    assert auto.notes["folder_splits"] == {"train": "train", "val": "val"}
+    # with a folder naming the test split too, the folders' splits are kept
+    shutil.copytree(raw / "val", raw / "cc3m_test")
+    three = build_recipe("conceptual_captions", raw, tmp_path / "work")
+    assert three.notes["splits"] == "folders"
+    n_val = 4 + fixtures.CC_VALIDATION_LINES
+    assert three.manifest["split"].value_counts().to_dict() == {
+        "train": 9 + fixtures.CC_TRAIN_LINES,
+        "val": n_val,
+        "test": n_val,
+    }
+    hashed = build_recipe("conceptual_captions", raw, tmp_path / "work", splits="hash")
+    assert "split" not in hashed.manifest.columns and hashed.notes["splits"] == "hash"
+    with pytest.raises(ValueError, match="splits="):
+        build_recipe("conceptual_captions", raw, tmp_path / "work", splits="karpathy")
 
 
 def test_conceptual_captions_parquet_bytes_and_files_without_metadata(tmp_path):
@@ -343,23 +376,21 @@ def test_conceptual_captions_split_names_and_missing_output(tmp_path):
 
 def test_flickr30k_token_file_and_karpathy_agree(tmp_path):
     token = run_recipe("flickr30k", tmp_path / "token", annotations="token")
-    token_manifest = assert_valid(token, expected_pairs=15)
+    token_manifest = assert_valid(token, expected_pairs=15 + FLICKR_CAPTIONS)
     assert token.notes["skipped"] == {"malformed_line": 1}
-    assert token_manifest.groupby("group_id").size().to_dict() == {
-        "flickr30k-1000092795": 5,
-        "flickr30k-10002456": 5,
-        "flickr30k-1000268201": 5,
-    }
+    per_image = token_manifest.groupby("group_id").size()
+    hand_made = ["flickr30k-1000092795", "flickr30k-10002456", "flickr30k-1000268201"]
+    assert len(per_image) == 3 + fixtures.FLICKR_IMAGES and (per_image == 5).all()
     karpathy = run_recipe("flickr30k", tmp_path / "karpathy")
-    karpathy_manifest = assert_valid(karpathy, expected_pairs=15)
+    karpathy_manifest = assert_valid(karpathy, expected_pairs=15 + FLICKR_CAPTIONS)
     assert karpathy.notes["annotations"] == "karpathy"
     merged = token_manifest.merge(karpathy_manifest, on="pair_id", suffixes=("_token", "_karpathy"))
-    assert len(merged) == 15 and (merged["text_token"] == merged["text_karpathy"]).all()
-    assert karpathy_manifest.groupby("group_id")["split"].first().to_dict() == {
-        "flickr30k-1000092795": "train",
-        "flickr30k-10002456": "val",
-        "flickr30k-1000268201": "test",
-    }
+    assert len(merged) == 15 + FLICKR_CAPTIONS and (merged["text_token"] == merged["text_karpathy"]).all()
+    assert karpathy_manifest.groupby("group_id")["split"].first()[hand_made].tolist() == [
+        "train",
+        "val",
+        "test",
+    ]
     assert (
         token_manifest.set_index("pair_id").loc["flickr30k-10002456-3", "text"]
         == "Four men on top of a tall structure ."
@@ -371,9 +402,10 @@ def test_flickr30k_token_file_and_karpathy_agree(tmp_path):
 
 def test_pairs_csv(tmp_path):
     result = run_recipe("pairs", tmp_path)
-    manifest = assert_valid(result, expected_pairs=8)
-    assert list(manifest["pair_id"]) == [f"pairs-{i}" for i in range(8)]
-    assert list(manifest["split"].fillna("")) == [
+    manifest = assert_valid(result, expected_pairs=8 + fixtures.PAIRS_ROWS)
+    assert list(manifest["pair_id"]) == [f"pairs-{i}" for i in range(8 + fixtures.PAIRS_ROWS)]
+    hand_made = manifest.iloc[:8]
+    assert list(hand_made["split"].fillna("")) == [
         "train",
         "train",
         "val",
@@ -383,7 +415,8 @@ def test_pairs_csv(tmp_path):
         "val",
         "train",
     ]
-    assert list(manifest["group_id"].fillna("")) == ["dog", "dog", "", "", "", "", "forest", "forest"]
+    assert list(hand_made["group_id"].fillna("")) == ["dog", "dog", "", "", "", "", "forest", "forest"]
+    assert manifest.iloc[8:][["split", "group_id"]].isna().all().all()
     assert manifest.loc[3, "text"] == 'The city at night: lights, traffic and "noise".'
     assert manifest.loc[5, "text"] == ""
     assert set(manifest["source"]) == {"pairs.csv"}
