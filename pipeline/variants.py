@@ -134,16 +134,23 @@ def paper_grid(caption_groups: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for table in tables for name in table))
 
 
-def resolve_variant(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def resolve_variant(
+    name: str,
+    overrides: dict[str, Any] | None = None,
+    loss_defaults: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The variant as a plain dict, with ``overrides`` applied.
 
     ``overrides`` maps a loss name to parameters to change, e.g. ``{"within_modality": {"alpha": 0.5}}``,
     ``"neighbor_source"`` / ``"model_options"`` to their new values, or ``"train"`` to training settings
-    of this variant only, e.g. ``{"train": {"neighbor_mode": "extra_rows"}}``.
+    of this variant only, e.g. ``{"train": {"neighbor_mode": "extra_rows"}}``. ``loss_defaults`` (a
+    profile's, loss name -> parameters) fills parameters the variant leaves unset, before ``overrides``.
     """
     if name not in VARIANTS:
         raise KeyError(f"unknown variant {name!r}; available: {sorted(VARIANTS)}")
     spec = copy.deepcopy(VARIANTS[name].as_dict())
+    for loss in spec["losses"]:
+        loss["params"] = {**(loss_defaults or {}).get(loss["name"], {}), **loss["params"]}
     for key, value in (overrides or {}).items():
         if key in ("neighbor_source", "label"):
             spec[key] = value

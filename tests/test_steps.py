@@ -168,3 +168,16 @@ def test_every_registered_loss_is_selectable_as_a_variant():
         assert name in [loss["name"] for loss in spec["losses"]]
         for loss in spec["losses"]:
             build_loss(loss["name"], **loss["params"])
+
+
+def test_profile_loss_defaults_fill_unset_parameters_and_overrides_win():
+    from pipeline.profiles import get_profile
+
+    defaults = get_profile("demo").loss_defaults
+    assert resolve_variant("pvse", loss_defaults=defaults)["losses"][0]["params"] == {"max_violation": False}
+    assert resolve_variant("pvse")["losses"][0]["params"] == {}, (
+        "the paper profile keeps PVSE's hardest negative"
+    )
+    overridden = resolve_variant("pvse", {"pvse_mil": {"max_violation": True}}, loss_defaults=defaults)
+    assert overridden["losses"][0]["params"] == {"max_violation": True}
+    assert resolve_variant("ours", loss_defaults=defaults) == resolve_variant("ours")

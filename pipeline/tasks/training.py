@@ -44,7 +44,9 @@ class VariantParams:
     seed = luigi.IntParameter(default=0, description="training seed (model init, batches, flips)")
 
     def variant_spec(self) -> dict[str, Any]:
-        return resolve_variant(self.variant, recursively_unfreeze(self.variant_overrides))
+        return resolve_variant(
+            self.variant, recursively_unfreeze(self.variant_overrides), self.settings.loss_defaults
+        )
 
     def train_settings(self) -> TrainSettings:
         """The profile's training settings with this variant's ``train`` overrides applied."""
