@@ -21,12 +21,6 @@ from evaluation.tables import TABLE_1, TABLE_2, TABLE_4
 
 BASELINE_VARIANT = "ang_np_sym"
 OURS_VARIANT = "ours"
-#: Table 4 of Thomas & Kovashka: the full method and the ablations that drop one within-modality loss
-ABLATION_ROWS = (
-    ("ours", "Ours"),
-    ("ours_minus_text", "Ours − L_text"),
-    ("ours_minus_img", "Ours − L_img"),
-)
 #: variants shown only in their own table (Table 2's Struc rows, Table 4's ablations), not in Table 1
 OWN_TABLE_ONLY = frozenset(set(TABLE_2) | set(TABLE_4)) - set(TABLE_1)
 FIGURES_DIR = "figures"
@@ -417,17 +411,19 @@ def _table_2(doc: Document, summary: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def ablation_rows(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Table 4 of Thomas & Kovashka: the full method and whichever one-loss ablations ran (else empty)."""
-    if not any(variant in summary for variant, _ in ABLATION_ROWS[1:]):
+    """Table 4 of Thomas & Kovashka (``TABLE_4``: the full method, then the ablations that drop one
+    within-modality loss): whichever of them ran, or nothing when no ablation ran."""
+    full_variant, *ablations = TABLE_4
+    if not any(variant in summary for variant in ablations):
         return []
-    full = summary.get(ABLATION_ROWS[0][0])
+    full = summary.get(full_variant)
     rows = []
-    for variant, label in ABLATION_ROWS:
+    for variant in TABLE_4:
         if variant not in summary:
             continue
         s = summary[variant]
-        row = {"variant": variant, "label": label, "i2t": s["i2t"], "t2i": s["t2i"]}
-        if full is not None and variant != ABLATION_ROWS[0][0]:
+        row = {"variant": variant, "label": s["label"], "i2t": s["i2t"], "t2i": s["t2i"]}
+        if full is not None and variant != full_variant:
             row["delta_i2t"] = s["i2t"]["mean"] - full["i2t"]["mean"]
             row["delta_t2i"] = s["t2i"]["mean"] - full["t2i"]["mean"]
         rows.append(row)

@@ -465,11 +465,15 @@ def deduplicate_into(index: DedupIndex, manifest: pd.DataFrame, shingle_size: in
         texts, num_perm=index.num_perm, seed=index.seed, shingle_size=shingle_size
     )
     clusters = index.add_and_find(pair_ids, signatures)
-    removed = set()
+    removed: set[str] = set()
+    n_removed_by_earlier = 0
     for cluster in clusters:
         new_members = [p for p in cluster if p not in earlier]
-        keep_first = not any(p in earlier for p in cluster)
-        removed.update(new_members[1:] if keep_first else new_members)
+        if len(new_members) < len(cluster):  # an earlier pair is in the cluster: every new member goes
+            removed.update(new_members)
+            n_removed_by_earlier += len(new_members)
+        else:
+            removed.update(new_members[1:])
     kept = manifest[[p not in removed for p in pair_ids]].reset_index(drop=True)
     text_of = dict(zip(pair_ids, texts, strict=True))
     largest_first = sorted(clusters, key=lambda c: (-len(c), c[0]))
@@ -477,9 +481,7 @@ def deduplicate_into(index: DedupIndex, manifest: pd.DataFrame, shingle_size: in
         "n_input": len(pair_ids),
         "n_kept": len(kept),
         "n_removed": len(removed),
-        "n_removed_as_duplicates_of_earlier_shards": sum(
-            1 for c in clusters if any(p in earlier for p in c) for p in c if p not in earlier
-        ),
+        "n_removed_as_duplicates_of_earlier_shards": n_removed_by_earlier,
         "n_signatures_computed": len(texts),
         "n_indexed_before": len(earlier),
         "n_clusters": len(clusters),
