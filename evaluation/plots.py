@@ -1,5 +1,6 @@
 """The report's figures as PNG files: global precision-recall curves (Veit & Wilber Fig. 4 left), per-query
-score distributions (their Fig. 4 right) and the proximity-ratio histogram (Thomas & Kovashka Fig. 5).
+score distributions (their Fig. 4 right), the proximity-ratio histogram (Thomas & Kovashka Fig. 5) and
+neighbour preservation against k with its chance level (their Table 3, at every k).
 
 Figures are drawn on ``matplotlib.figure.Figure`` objects with the Agg canvas, never through pyplot, so
 nothing depends on a display or on global pyplot state.
@@ -7,7 +8,7 @@ nothing depends on a display or on global pyplot state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -135,5 +136,51 @@ def plot_proximity_ratios(ratios: Mapping[str, np.ndarray], path: Path, bins: in
     axes.set_ylabel("neighbour pairs")
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small")
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+def plot_preservation_against_k(
+    curves: Mapping[str, Mapping[str, Sequence[float] | np.ndarray]],
+    chance: Mapping[str, Sequence[float] | np.ndarray],
+    path: Path,
+) -> Path:
+    """Neighbour preservation against k, one line per method, one panel per modality, over the chance line.
+
+    ``curves`` maps a method label to ``{"ks": [...], "image": [...], "text": [...]}`` (mean over seeds at
+    each k); ``chance`` is ``{"ks": [...], "chance": [...]}``, the expected preservation ``k / (n - 1)`` of a
+    random embedding. A single k hides how far above chance a method is; the gap at every k shows it. The
+    k axis is logarithmic (the profile's ks span 5 to 200).
+    """
+    if not curves:
+        raise ValueError("plot_preservation_against_k needs at least one method's curve")
+    chance_ks = np.asarray(chance["ks"], dtype=np.float64)
+    chance_values = np.asarray(chance["chance"], dtype=np.float64)
+    if chance_ks.shape != chance_values.shape or chance_ks.ndim != 1 or chance_ks.size == 0:
+        raise ValueError("chance: ks and chance must be equal-length non-empty 1-D arrays")
+    figure = Figure(figsize=(9.0, 3.8))
+    panels = figure.subplots(1, 2, sharey=True)
+    for axes, modality in zip(panels, ("image", "text"), strict=True):
+        for label, curve in curves.items():
+            ks = np.asarray(curve["ks"], dtype=np.float64)
+            values = np.asarray(curve[modality], dtype=np.float64)
+            if ks.shape != values.shape or ks.ndim != 1 or ks.size == 0:
+                raise ValueError(
+                    f"curve {label!r}: ks and {modality} must be equal-length non-empty 1-D arrays"
+                )
+            axes.plot(ks, values, marker="o", markersize=3, linewidth=1.3, label=label)
+        axes.plot(
+            chance_ks, chance_values, color="black", linestyle="--", linewidth=1, label="chance k/(n−1)"
+        )
+        axes.set_xscale("log")
+        # the measured ks as plain numbers rather than powers of ten
+        axes.set_xticks(chance_ks, labels=[f"{k:g}" for k in chance_ks])
+        axes.minorticks_off()
+        axes.set_xlabel("k (nearest neighbours)")
+        axes.set_title(f"{modality}–{modality} neighbours", fontsize="medium")
+        axes.grid(alpha=0.3)
+    panels[0].set_ylabel("share of Doc2Vec k-NN kept")
+    panels[0].set_ylim(bottom=0.0)
+    panels[1].legend(loc="upper left", fontsize="small")
     figure.tight_layout()
     return _save(figure, path)

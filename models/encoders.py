@@ -1,10 +1,9 @@
-"""Two-stream encoders of Thomas & Kovashka §3.3: a torchvision ResNet for images and a GRU for text,
+"""Two-stream encoders of Thomas & Kovashka §3.3: an image trunk (models/backbones.py) for images and a GRU for text,
 each followed by a linear projection to the joint space and L2 normalisation.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,16 +12,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-#: torchvision constructor name -> (weights enum name, pooled feature width)
-BACKBONES: dict[str, tuple[str, int]] = {
-    "resnet18": ("ResNet18_Weights", 512),
-    "resnet34": ("ResNet34_Weights", 512),
-    "resnet50": ("ResNet50_Weights", 2048),
-    "resnet101": ("ResNet101_Weights", 2048),
-}
+from models.backbones import build_trunk
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+TRUNK_MODES = ("finetune", "frozen")
 
 
 @dataclass(frozen=True)
@@ -33,39 +25,11 @@ class EncoderConfig:
     word_dim: int = 200
     gru_hidden: int = 512
     vocab_size: int = 2
-
-
-def build_backbone(name: str, pretrained: bool) -> tuple[nn.Module, int, bool]:
-    """A torchvision ResNet trunk with ``fc`` removed: (module, feature width, ImageNet weights loaded?).
-
-    ImageNet weights are fetched by torchvision (cached under ``$TORCH_HOME``). When they cannot be had
-    (offline, no cache) the trunk stays randomly initialised and a warning says so; nothing is faked.
-    """
-    import torchvision
-
-    if name not in BACKBONES:
-        raise KeyError(f"unknown backbone {name!r}; choose one of {sorted(BACKBONES)}")
-    weights_enum_name, width = BACKBONES[name]
-    constructor = getattr(torchvision.models, name)
-    loaded = False
-    model = None
-    if pretrained:
-        weights = getattr(torchvision.models, weights_enum_name).IMAGENET1K_V1
-        try:
-            model = constructor(weights=weights)
-            loaded = True
-        except Exception as error:  # noqa: BLE001 - any download/cache failure means: no weights
-            warnings.warn(
-                f"ImageNet weights for {name} could not be loaded ({type(error).__name__}: {error}); "
-                f"the image trunk is RANDOMLY INITIALISED. Put the weights in $TORCH_HOME "
-                f"(torchvision downloads them there when online) to train from ImageNet features.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-    if model is None:
-        model = constructor(weights=None)
-    model.fc = nn.Identity()
-    return model, width, loaded
+    #: "finetune": the image tower holds the trunk and takes pixels; "frozen": it takes the trunk's cached
+    #: features (pooled [B, C] or map [B, C, h, w]) and holds only what is trained on top of them
+    trunk: str = "finetune"
+    #: width of the cached trunk features (frozen mode; finetune reads it from the trunk)
+    feature_dim: int | None = None
 
 
 def xavier_linear(in_features: int, out_features: int) -> nn.Linear:
@@ -85,29 +49,60 @@ def resize_batch(images: torch.Tensor, size: int) -> torch.Tensor:
 
 
 class ImageEncoder(nn.Module):
-    """ResNet trunk -> global average pool -> linear -> L2 norm."""
+    """Image trunk -> global average pool -> linear -> L2 norm.
 
-    def __init__(self, backbone: str, pretrained: bool, embed_dim: int) -> None:
+    With ``trunk="frozen"`` the trunk is not part of the model: inputs are its cached features (computed
+    once per dataset, backbone and resolution by the ``TrunkFeatures`` task), as VSE++ and PVSE train on
+    precomputed features; only the projection (and what a model adds on top) is trained.
+    """
+
+    def __init__(
+        self,
+        backbone: str,
+        pretrained: bool,
+        embed_dim: int,
+        trunk: str = "finetune",
+        feature_dim: int | None = None,
+    ) -> None:
         super().__init__()
-        self.trunk, self.feature_dim, self.pretrained_loaded = build_backbone(backbone, pretrained)
+        if trunk not in TRUNK_MODES:
+            raise ValueError(f"trunk must be one of {TRUNK_MODES}, got {trunk!r}")
+        self.frozen = trunk == "frozen"
+        if self.frozen:
+            if feature_dim is None:
+                raise ValueError("a frozen trunk needs feature_dim, the width of its cached features")
+            self.trunk = None
+            self.feature_dim = feature_dim
+            #: frozen features record whether they came from ImageNet weights; the task reports that
+            self.pretrained_loaded = False
+        else:
+            self.trunk = build_trunk(backbone, pretrained)
+            self.feature_dim = self.trunk.feature_dim
+            self.pretrained_loaded = self.trunk.pretrained_loaded
+            self.register_buffer("mean", torch.tensor(self.trunk.mean).view(1, 3, 1, 1), persistent=False)
+            self.register_buffer("std", torch.tensor(self.trunk.std).view(1, 3, 1, 1), persistent=False)
         self.project = xavier_linear(self.feature_dim, embed_dim)
-        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
 
     def normalise_pixels(self, images: Tensor) -> Tensor:
-        """uint8 ``[B, H, W, 3]`` or float ``[B, 3, H, W]`` in [0, 1] -> ImageNet-normalised float."""
+        """uint8 ``[B, H, W, 3]`` or float ``[B, 3, H, W]`` in [0, 1] -> float normalised as the weights expect."""
         if images.dtype == torch.uint8:
             images = images.permute(0, 3, 1, 2).float().div_(255.0)
         return (images - self.mean) / self.std
 
     def feature_map(self, images: Tensor) -> Tensor:
         """``[B, C, h, w]`` map before pooling (7x7 at 224 px), for local-feature models such as PVSE."""
-        t = self.trunk
-        x = self.normalise_pixels(images)
-        x = t.maxpool(t.relu(t.bn1(t.conv1(x))))
-        return t.layer4(t.layer3(t.layer2(t.layer1(x))))
+        if self.frozen:
+            if images.dim() != 4:
+                raise ValueError(
+                    f"a frozen trunk takes cached feature maps [B, C, h, w] here, got {tuple(images.shape)}: "
+                    "cache spatial features (TrunkFeatures with spatial=True) for this model"
+                )
+            return images
+        return self.trunk(self.normalise_pixels(images))
 
     def pooled_features(self, images: Tensor) -> Tensor:
+        if self.frozen and images.dim() == 2:
+            return images
         return self.feature_map(images).mean(dim=(2, 3))
 
     def forward(self, images: Tensor) -> Tensor:
@@ -172,10 +167,15 @@ class TextEncoder(nn.Module):
 class VSEModel(nn.Module):
     """The paper's two-stream model; returns the embeddings the losses take by keyword."""
 
+    #: trains on the trunk's pooled vector (a frozen trunk caches that, not the map)
+    needs_spatial_features = False
+
     def __init__(self, config: EncoderConfig, word_vectors: np.ndarray | None = None) -> None:
         super().__init__()
         self.config = config
-        self.image_encoder = ImageEncoder(config.backbone, config.pretrained, config.embed_dim)
+        self.image_encoder = ImageEncoder(
+            config.backbone, config.pretrained, config.embed_dim, config.trunk, config.feature_dim
+        )
         self.text_encoder = TextEncoder(
             config.vocab_size, config.word_dim, config.gru_hidden, config.embed_dim, word_vectors
         )
@@ -203,11 +203,15 @@ def register_model(name: str):
     return decorate
 
 
-def build_model(
-    name: str, config: EncoderConfig, word_vectors: np.ndarray | None = None, **options
-) -> nn.Module:
+def model_class(name: str) -> type[nn.Module]:
     if name == "pvse" and name not in MODELS:
         import models.pvse  # noqa: F401 - registers itself
     if name not in MODELS:
         raise KeyError(f"unknown model {name!r}; available: {sorted(MODELS)}")
-    return MODELS[name](config, word_vectors, **options)
+    return MODELS[name]
+
+
+def build_model(
+    name: str, config: EncoderConfig, word_vectors: np.ndarray | None = None, **options
+) -> nn.Module:
+    return model_class(name)(config, word_vectors, **options)

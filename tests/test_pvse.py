@@ -419,7 +419,7 @@ def test_forward_backward_resnet18_64px_batch4_is_quick() -> None:
         "image_encoder.pie.attention_heads.weight",
         "text_encoder.pie.attention_heads.weight",
         "text_encoder.gru.weight_hh_l0_reverse",
-        "image_encoder.cnn.trunk.conv1.weight",
+        "image_encoder.cnn.trunk.net.conv1.weight",
     ):
         grad = dict(model.named_parameters())[name].grad
         assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, name

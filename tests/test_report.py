@@ -25,7 +25,12 @@ from evaluation.gallery import (
     write_thumbnails,
 )
 from evaluation.metrics import full_ranking_metrics
-from evaluation.plots import plot_pr_curves, plot_proximity_ratios, plot_score_distributions
+from evaluation.plots import (
+    plot_pr_curves,
+    plot_preservation_against_k,
+    plot_proximity_ratios,
+    plot_score_distributions,
+)
 from evaluation.report import (
     FIGURES_DIR,
     Qualitative,
@@ -34,7 +39,9 @@ from evaluation.report import (
     VariantRun,
     build_report,
     cocos_rows,
+    headline_comparison,
 )
+from evaluation.statistics import paired_bootstrap_items_and_seeds
 from models.batching import BatchSampler
 from models.losses import build_loss
 from models.training import PairData
@@ -77,11 +84,30 @@ def make_run(variant: str, label: str, seed: int, i2t: float, t2i: float, pr_auc
             "t2i_std": 0.02,
             "n_way": 5,
             "redraws": 2,
-            "n_queries": 4,
+            "n_queries": 12,
         },
         "neighbour_preservation": {
             "image": {"mean": i2t / 2, "k_used": 3, "k_requested": 20},
             "text": {"mean": t2i / 2, "k_used": 3, "k_requested": 20},
+        },
+        # 12 test items: the paper's k = 3 here (hand-made), the headline k = 1 (chance 1/11)
+        "neighbour_preservation_at_k": {
+            "headline_k": 1,
+            "paper_k": 3,
+            "paper_ratio": 0.006,
+            "n": 12,
+            "ks": {
+                "1": {
+                    "chance": 1 / 11,
+                    "image": {"mean": i2t / 4, "lift": i2t / 4 * 11},
+                    "text": {"mean": t2i / 4, "lift": t2i / 4 * 11},
+                },
+                "3": {
+                    "chance": 3 / 11,
+                    "image": {"mean": i2t / 2, "lift": i2t / 2 * 11 / 3},
+                    "text": {"mean": t2i / 2, "lift": t2i / 2 * 11 / 3},
+                },
+            },
         },
         "full_ranking": {"protocol": "pairs", "all": full_ranking_result(i2t / 5, 2.0 + seed)},
         "pr": {"pr_auc": pr_auc, "n_positives": 4, "n_scores": 16, "n_pairs": 4},
@@ -101,9 +127,18 @@ def make_run(variant: str, label: str, seed: int, i2t: float, t2i: float, pr_auc
         "i2t_hits": draw.integers(0, 2, size=(2, 12)),
         "t2i_hits": draw.integers(0, 2, size=(2, 12)),
     }
+    preservation = {"image": draw.integers(0, 2, size=12) * 1.0, "text": draw.integers(0, 2, size=12) * 1.0}
     losses = ["angular"] if variant == "ang_np_sym" else ["angular", "within_modality"]
     return VariantRun(
-        variant, label, seed, metrics, {"mean_epoch_seconds": 1.5, "best_epoch": 2}, hits, curves, losses
+        variant,
+        label,
+        seed,
+        metrics,
+        {"mean_epoch_seconds": 1.5, "best_epoch": 2},
+        hits,
+        curves,
+        losses,
+        preservation,
     )
 
 
@@ -158,18 +193,21 @@ def qualitative(report_dir: Path) -> Qualitative:
     return Qualitative(0, "Ours", "Ang+NP+Sym", items, proximity, examples)
 
 
-@pytest.fixture(scope="module")
-def report(report_dir: Path, qualitative: Qualitative) -> tuple[Document, dict, Path]:
-    """Built once for the module (drawing the figures is the slow part); tests only read it."""
-    runs = [
+def report_runs() -> list[VariantRun]:
+    return [
         make_run("ang_np_sym", "Ang+NP+Sym", 0, 0.5, 0.25, 0.125),
         make_run("ang_np_sym", "Ang+NP+Sym", 1, 0.75, 0.5, 0.375),
         make_run("ours", "Ours", 0, 0.875, 0.625, 0.25),
         make_run("ours_minus_text", "Ours − L_text", 0, 0.625, 0.5, 0.2),
     ]
+
+
+@pytest.fixture(scope="module")
+def report(report_dir: Path, qualitative: Qualitative) -> tuple[Document, dict, Path]:
+    """Built once for the module (drawing the figures is the slow part); tests only read it."""
     inputs = ReportInputs(
         title="test report",
-        runs=runs,
+        runs=report_runs(),
         cocos=[make_cocos("ours", "Ours")],
         qualitative=qualitative,
         tasks=[{"task": "Train[variant=ours]", "signature": "abc", "wall_time_s": 12.25}],
@@ -186,9 +224,209 @@ def test_table_1_and_3_show_mean_and_std_over_seeds(report):
     # two seeds of the baseline: mean of 0.5 / 0.75 and sample sd sqrt(0.03125)
     assert table_row(table_1, "Ang+NP+Sym")[1:3] == ["0.6250 ± 0.1768", "0.3750 ± 0.1768"]
     assert table_row(table_1, "Ours")[1:3] == ["0.8750", "0.6250"]
+    # the seed count of every row: two seeds of the baseline, one of ours
+    assert (
+        table_1.splitlines()[2].startswith("| Method | I→T | T→I |")
+        and "| seeds |" in table_1.splitlines()[2]
+    )
+    assert table_row(table_1, "Ang+NP+Sym")[-1] == "2" and table_row(table_1, "Ours")[-1] == "1"
     table_3 = section(md, "Table 3 — neighbour preservation")
-    assert table_row(table_3, "Ours")[1:] == ["0.4375", "0.3125", "angular+within_modality"]
+    assert table_3.splitlines()[2].startswith(
+        "| Method | Image @k=3 | Text @k=3 | Image @k=1 | Text @k=1 | seeds |"
+    )
+    # paper's k = 3: i2t / 2 and t2i / 2; headline k = 1: i2t / 4 and t2i / 4; one seed
+    assert table_row(table_3, "Ours")[1:] == [
+        "0.4375",
+        "0.3125",
+        f"{0.875 / 4:.4f}",
+        f"{0.625 / 4:.4f}",
+        "1",
+        "angular+within_modality",
+    ]
+    # chance k / (n - 1) with n = 12 test items
+    assert table_row(table_3, "chance k/(n−1)")[1:5] == ["0.2727", "0.2727", "0.0909", "0.0909"]
+    assert (
+        table_row(table_3, "Ang+NP+Sym")[1] == "0.3125 ± 0.0884"
+        and table_row(table_3, "Ang+NP+Sym")[5] == "2"
+    )
     assert payload["variants"]["ang_np_sym"]["i2t"]["std"] == pytest.approx(np.std([0.5, 0.75], ddof=1))
+
+
+def test_report_opens_with_the_headline_comparison(report):
+    doc, payload, _ = report
+    # the title paragraph, then the headline before any table
+    assert doc.blocks[0][0] == "p" and doc.blocks[1] == ("h2", "Headline — Ours vs Ang+NP+Sym")
+    md = doc.to_markdown()
+    assert md.index("## Headline") < md.index("## Table 1")
+    headline = section(md, "Headline")
+    result = payload["headline"]
+    assert result["available"] and result["method"] == "ours" and result["baseline"] == "ang_np_sym"
+    assert (
+        result["method_seeds"] == [0] and result["baseline_seeds"] == [0, 1] and result["paired_seeds"] == [0]
+    )
+    assert result["n_items"] == 12 and result["n_resamples"] == 2000 and result["skipped"] == []
+    assert (
+        "on 12 test items; 1 seed (0) of Ours and 2 seeds (0, 1) of Ang+NP+Sym, 1 paired by seed" in headline
+    )
+    assert "This run could detect differences of about" in headline
+    assert "smaller ones are invisible to it" in headline
+    metrics = ["5-way R@1 I→T", "5-way R@1 T→I", "NP image @k=1", "NP text @k=1"]
+    assert [row["metric"] for row in result["rows"]] == metrics
+    # every row is the item-and-seed bootstrap of the runs' per-item outcomes
+    runs = {(r.variant, r.seed): r for r in report_runs()}
+    outcomes = {
+        "5-way R@1 I→T": lambda r: r.hits["i2t_hits"].mean(axis=0),
+        "NP text @k=1": lambda r: r.preservation["text"],
+    }
+    for row in result["rows"]:
+        if row["metric"] not in outcomes:
+            continue
+        get = outcomes[row["metric"]]
+        expected = paired_bootstrap_items_and_seeds(
+            {0: get(runs[("ours", 0)])},
+            {0: get(runs[("ang_np_sym", 0)]), 1: get(runs[("ang_np_sym", 1)])},
+            2000,
+            seed=0,
+        )
+        assert {key: row[key] for key in expected} == expected
+        assert row["mde"] == pytest.approx(2.8 * row["se"]) and row["mde"] > 0
+        cells = table_row(headline, row["metric"])
+        assert cells[1:7] == [
+            f"{row['method_mean']:.4f}",
+            f"{row['baseline_mean']:.4f}",
+            f"{row['difference']:+.4f}",
+            f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
+            f"{row['mde']:.4f}",
+            f"{row['p_value']:.4f}",
+        ]
+        assert f"{row['mde']:.4f} in {row['metric']}" in headline
+    assert result["rows"][2]["k"] == 1 and result["rows"][2]["chance"] == pytest.approx(1 / 11)
+
+
+def planted_runs(variant: str, label: str, shift: bool, seeds=(0, 1, 2), n: int = 2000) -> list[VariantRun]:
+    """Runs whose per-item outcomes differ from the baseline's by a known amount.
+
+    Baseline: hits with probability 0.6 over 2 redraws; with ``shift``, the method's hits are the
+    baseline's with 10% of the items (all of them items the baseline missed in both redraws) turned into
+    hits, so the method's R@1 is exactly 0.1 higher on every seed. Preservation: the method adds
+    uniform(0, 0.2) noise (mean 0.1) to the baseline's per-sample values. Without ``shift`` the method is
+    an independent draw from the baseline's distribution.
+    """
+    runs = []
+    for seed in seeds:
+        rng = np.random.default_rng(100 + seed)
+        hits = {d: (rng.random((2, n)) < 0.6).astype(np.uint8) for d in ("i2t", "t2i")}
+        preservation = {m: rng.random(n) * 0.5 for m in ("image", "text")}
+        if variant != "ang_np_sym":
+            other = np.random.default_rng(200 + seed)
+            if shift:
+                for d in hits:
+                    missed = np.flatnonzero(hits[d].max(axis=0) == 0)
+                    hits[d] = hits[d].copy()
+                    hits[d][:, other.choice(missed, size=n // 10, replace=False)] = 1
+                preservation = {m: v + other.uniform(0.0, 0.2, size=n) for m, v in preservation.items()}
+            else:
+                hits = {d: (other.random((2, n)) < 0.6).astype(np.uint8) for d in hits}
+                preservation = {m: other.random(n) * 0.5 for m in preservation}
+        run = make_run(variant, label, seed, 0.5, 0.5, 0.5)
+        run.metrics["neighbour_preservation_at_k"]["headline_k"] = 3
+        run.hits = {f"{d}_hits": h for d, h in hits.items()}
+        run.preservation = preservation
+        runs.append(run)
+    return runs
+
+
+def test_headline_finds_a_planted_shift_of_one_tenth():
+    runs = planted_runs("ang_np_sym", "Ang+NP+Sym", False) + planted_runs("ours", "Ours", True)
+    result = headline_comparison(runs, n_resamples=1000)
+    assert result["paired_seeds"] == [0, 1, 2] and result["n_items"] == 2000
+    for row in result["rows"]:
+        assert row["ci_low"] > 0, row  # excludes 0
+        assert row["ci_low"] <= 0.1 <= row["ci_high"], row  # covers the planted 0.1
+        assert 0 < row["mde"] < 0.1
+    # the hits were shifted by exactly 0.1 on every seed
+    assert [row["difference"] for row in result["rows"][:2]] == [pytest.approx(0.1), pytest.approx(0.1)]
+    doc, _ = build_report(ReportInputs("t", runs, bootstrap_resamples=1000), output_dir=None)
+    assert table_row(section(doc.to_markdown(), "Headline"), "5-way R@1 I→T")[-1] == "Ours higher"
+
+
+def test_headline_without_a_true_difference_contains_zero_and_still_has_an_mde():
+    runs = planted_runs("ang_np_sym", "Ang+NP+Sym", False) + planted_runs("ours", "Ours", False)
+    result = headline_comparison(runs, n_resamples=1000)
+    for row in result["rows"]:
+        assert row["ci_low"] < 0 < row["ci_high"], row
+        assert row["mde"] > 0
+    doc, _ = build_report(ReportInputs("t", runs, bootstrap_resamples=1000), output_dir=None)
+    assert table_row(section(doc.to_markdown(), "Headline"), "NP text @k=3")[-1] == "not resolved"
+
+
+def test_headline_says_in_one_line_when_a_variant_did_not_run():
+    doc, payload = build_report(
+        ReportInputs("t", [make_run("ours", "Ours", 0, 0.6, 0.3, 0.2)]), output_dir=None
+    )
+    assert doc.blocks[1] == ("h2", "Headline — Ours vs ang_np_sym")
+    assert doc.blocks[2] == (
+        "p",
+        "Not available: `ang_np_sym` did not run, so `ours` − `ang_np_sym` cannot be computed.",
+    )
+    assert doc.blocks[3][0] == "h2"
+    assert payload["headline"]["available"] is False and payload["headline"]["missing"] == ["ang_np_sym"]
+
+
+def test_headline_compares_the_variants_the_inputs_name():
+    inputs = ReportInputs(
+        "t", report_runs(), method="ours_minus_text", baseline="ours", bootstrap_resamples=500
+    )
+    doc, payload = build_report(inputs, output_dir=None)
+    assert doc.blocks[1] == ("h2", "Headline — Ours − L_text vs Ours")
+    assert payload["headline"]["n_resamples"] == 500
+    assert set(payload["significance"]) == {"ang_np_sym", "ours_minus_text"}
+    assert "Paired bootstrap against Ours" in doc.to_markdown()
+
+
+def test_headline_skips_preservation_when_runs_did_not_save_it():
+    runs = report_runs()
+    runs[0].preservation = {}
+    result = headline_comparison(runs, n_resamples=200)
+    assert [row["key"] for row in result["rows"]] == ["i2t", "t2i"]
+    assert [s["key"] for s in result["skipped"]] == ["preservation_image", "preservation_text"]
+
+
+def test_preservation_against_k_table_and_figure(report):
+    doc, payload, out = report
+    table = section(doc.to_markdown(), "Neighbour preservation against k")
+    assert table.splitlines()[2].startswith("| Method | modality | k=1 | k=3 |")
+    assert table_row(table, "chance k/(n−1)")[2:] == ["0.0909", "0.2727"]
+    # ours: i2t / 4 at k = 1 (lift 11 x that), i2t / 2 at k = 3 (lift 11/3 x that)
+    assert table_row(table, "Ours", "image")[2:] == [
+        f"{0.875 / 4:.4f} ({0.875 / 4 * 11:.2f}×)",
+        f"{0.875 / 2:.4f} ({0.875 / 2 * 11 / 3:.2f}×)",
+    ]
+    figure = payload["figures"]["preservation_against_k"]
+    assert figure["curves"]["Ours"]["image"] == [0.875 / 4, 0.875 / 2]
+    assert figure["chance"] == {"ks": [1, 3], "chance": [1 / 11, 3 / 11]}
+    assert figure["file"] == f"{FIGURES_DIR}/preservation_against_k.png"
+
+
+def test_topic_table_shows_within_modality_precision():
+    runs = [
+        make_run("ang_np_sym", "Ang+NP+Sym", 0, 0.5, 0.25, 0.1),
+        make_run("ours", "Ours", 0, 0.6, 0.3, 0.2),
+    ]
+    for offset, run in enumerate(runs):
+        run.metrics["topic_precision"] = {
+            "k": 5,
+            "i2t": 0.5 + offset / 8,
+            "t2i": 0.375,
+            "within_k": 5,
+            "i2i": 0.25 + offset / 4,
+            "t2t": 0.625,
+        }
+    doc, payload = build_report(ReportInputs("t", runs), output_dir=None)
+    topics = section(doc.to_markdown(), "Topic precision")
+    assert topics.splitlines()[2].startswith("| Method | I→T P@5 | T→I P@5 | I→I P@5 | T→T P@5 |")
+    assert table_row(topics, "Ours")[1:] == ["0.6250", "0.3750", "0.5000", "0.6250"]
+    assert payload["variants"]["ours"]["topic_i2i"]["mean"] == 0.5
 
 
 def test_full_ranking_and_pr_auc_tables(report):
@@ -246,7 +484,12 @@ def test_cocos_table_has_one_row_per_direction_with_its_quantities(report):
 def test_figures_are_valid_pngs_embedded_in_markdown_and_html(report):
     doc, payload, out = report
     md, page = doc.to_markdown(), doc.to_html()
-    for name in ("pr_curve.png", "score_distribution.png", "proximity_ratios.png"):
+    for name in (
+        "pr_curve.png",
+        "score_distribution.png",
+        "proximity_ratios.png",
+        "preservation_against_k.png",
+    ):
         path = out / FIGURES_DIR / name
         assert path.read_bytes()[:8] == PNG_SIGNATURE
         with Image.open(path) as image:
@@ -331,6 +574,14 @@ def test_plots_refuse_empty_or_mismatched_input(tmp_path):
         )
     with pytest.raises(ValueError, match="finite"):
         plot_proximity_ratios({"image": np.array([np.nan, np.inf])}, tmp_path / "c.png")
+    with pytest.raises(ValueError, match="at least one"):
+        plot_preservation_against_k({}, {"ks": [1], "chance": [0.1]}, tmp_path / "d.png")
+    with pytest.raises(ValueError, match="equal-length"):
+        plot_preservation_against_k(
+            {"m": {"ks": [1, 2], "image": [0.5], "text": [0.5, 0.6]}},
+            {"ks": [1], "chance": [0.1]},
+            tmp_path / "d.png",
+        )
 
 
 def test_document_tables_must_match_their_headers():

@@ -1,32 +1,43 @@
-"""Pooled features of the initial image backbone, for image-space neighbours (Ours (Img NNs))."""
+"""Features of an image trunk over the image cache: the frozen-trunk training input and the space of the
+image neighbours (Ours (Img NNs)).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from models.encoders import ImageEncoder, resize_batch
+from models.backbones import build_trunk
+from models.encoders import resize_batch
 
 
 @torch.no_grad()
-def backbone_features(
+def trunk_features(
     images: np.ndarray,
-    rows: np.ndarray,
     backbone: str,
     pretrained: bool,
     image_size: int,
+    spatial: bool,
     seed: int,
     batch_size: int = 128,
     device: str = "cpu",
 ) -> tuple[np.ndarray, bool]:
-    """Average-pooled trunk features [len(rows), C] of ``images[rows]``; also whether ImageNet weights were
-    loaded (otherwise the trunk is the seeded random init the encoder starts from).
+    """Trunk features of every row of the image cache ``images`` (uint8 ``[R, S, S, 3]``), resized to
+    ``image_size``: pooled ``float32 [R, C]``, or with ``spatial`` the map ``float16 [R, C, h, w]`` (PVSE
+    attends over its cells; half precision halves the cache, and the trained layers work in float32).
+    Also returns whether ImageNet weights were loaded (otherwise: the seeded random init, with a warning).
     """
     torch.manual_seed(seed)
-    encoder = ImageEncoder(backbone, pretrained, embed_dim=1).to(device).eval()
-    out = np.zeros((len(rows), encoder.feature_dim), dtype=np.float32)
-    for start in range(0, len(rows), batch_size):
-        batch_rows = rows[start : start + batch_size]
-        batch = resize_batch(torch.from_numpy(np.ascontiguousarray(images[batch_rows])), image_size)
-        out[start : start + len(batch_rows)] = encoder.pooled_features(batch.to(device)).cpu().numpy()
-    return out, encoder.pretrained_loaded
+    # channels_last: measured 1.4-2.3x faster EfficientNet-Lite0 inference on CPU (same numbers)
+    trunk = build_trunk(backbone, pretrained).to(device, memory_format=torch.channels_last).eval()
+    mean = torch.tensor(trunk.mean, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(trunk.std, device=device).view(1, 3, 1, 1)
+    chunks = []
+    for start in range(0, len(images), batch_size):
+        rows = np.arange(start, min(start + batch_size, len(images)))
+        batch = resize_batch(torch.from_numpy(np.ascontiguousarray(images[rows])), image_size)
+        pixels = batch.to(device).permute(0, 3, 1, 2).float().div_(255.0)
+        feature_map = trunk(((pixels - mean) / std).contiguous(memory_format=torch.channels_last))
+        chunk = feature_map.half() if spatial else feature_map.mean(dim=(2, 3))
+        chunks.append(chunk.cpu().numpy())
+    return np.concatenate(chunks), trunk.pretrained_loaded

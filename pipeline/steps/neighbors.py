@@ -13,9 +13,15 @@ from annoy import AnnoyIndex
 ANNOY_METRIC = "angular"  # cosine distance: Doc2Vec and CNN features are compared by direction
 
 
+#: neighbours closer than this (Annoy's angular distance, sqrt(2 - 2 cos); cos > 0.9999995) are duplicates of
+#: the anchor: float32 rounding puts an exact copy at up to ~4e-4, never at 0
+DUPLICATE_DISTANCE = 1e-3
+
+
 @dataclass
 class NeighborTable:
     neighbors: np.ndarray  # int32 [N, k]: row i -> rows of its k nearest other rows, nearest first
+    distances: np.ndarray  # float32 [N, k]: angular distance sqrt(2 - 2 cos) of each listed neighbour
     settings: dict
 
 
@@ -50,6 +56,7 @@ def annoy_neighbor_table(
             incomplete += 1
             found = exact_neighbors(vectors, np.array([row]), k_used)[0].tolist()
         table[row] = found
+    distances = angular_distances(vectors, table)
     if save_to is not None:
         index.save(str(save_to))
     settings = {
@@ -63,7 +70,40 @@ def annoy_neighbor_table(
         "rows_completed_exactly": incomplete,
         "seed": seed,
     }
-    return NeighborTable(table, settings)
+    return NeighborTable(table, distances, settings)
+
+
+def angular_distances(vectors: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``[N, k]`` Annoy-style angular distance sqrt(2 - 2 cos) from each row to its listed neighbours."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    cosine = np.einsum("nd,nkd->nk", unit, unit[table])
+    return np.sqrt(np.clip(2.0 - 2.0 * cosine, 0.0, None)).astype(np.float32)
+
+
+def sampling_pool(neighbors: np.ndarray, distances: np.ndarray, sample_k: int | None) -> np.ndarray:
+    """``[N, s]`` the neighbours i' is drawn from (Eq. 5 as the authors' released code samples it): the first
+    ``sample_k`` neighbours of each row that are not duplicates of it (distance > ``DUPLICATE_DISTANCE``).
+
+    ``sample_k=None`` keeps every listed neighbour (uniform over all k, the paper's text). A row with fewer
+    than ``sample_k`` non-duplicates repeats them cyclically (so sampling stays uniform over them); a row
+    whose every neighbour is a duplicate keeps its first ``sample_k`` neighbours as they are.
+    """
+    neighbors = np.asarray(neighbors)
+    if neighbors.shape != np.shape(distances):
+        raise ValueError(f"neighbours {neighbors.shape} and distances {np.shape(distances)} must match")
+    if sample_k is None:
+        return neighbors
+    if sample_k < 1:
+        raise ValueError(f"sample_k must be a positive number of neighbours or None, got {sample_k}")
+    width = min(sample_k, neighbors.shape[1])
+    pool = np.empty((len(neighbors), width), dtype=neighbors.dtype)
+    for row, (listed, gaps) in enumerate(zip(neighbors, distances, strict=True)):
+        kept = listed[gaps > DUPLICATE_DISTANCE][:width]
+        if len(kept) == 0:
+            kept = listed[:width]
+        pool[row] = np.resize(kept, width)
+    return pool
 
 
 def exact_neighbors(vectors: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
@@ -83,3 +123,10 @@ def recall_against_exact(vectors: np.ndarray, table: np.ndarray, n_queries: int,
     exact = exact_neighbors(np.asarray(vectors, dtype=np.float32), rows, k)
     overlap = [len(set(table[r]) & set(e)) / k for r, e in zip(rows, exact, strict=True)]
     return {"recall_at_k": float(np.mean(overlap)), "k": k, "n_queries": len(rows)}
+
+
+def same_topic_share(topics: np.ndarray, table: np.ndarray) -> float:
+    """Share of the table's entries whose topic is their row's (the expected same-topic rate of an i' drawn
+    uniformly from each row)."""
+    topics = np.asarray(topics)
+    return float((topics[np.asarray(table)] == topics[:, None]).mean())

@@ -7,6 +7,7 @@ import hashlib
 import pandas as pd
 
 DEFAULT_FRACTIONS = {"train": 0.8, "val": 0.1, "test": 0.1}
+SPLIT_SALT = "split"
 
 
 def hash_unit_interval(key: str, salt: str = "split") -> float:

@@ -21,6 +21,7 @@ from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.training import (
     Train,
     VariantParams,
+    feature_width,
     load_neighbor_table,
     load_pair_data,
     load_trained_model,
@@ -84,7 +85,7 @@ class Cocos(VariantParams, DatasetParams, HashedTask):
         inputs = {name: self.input_dir(task) for name, task in self.requires().items()}
         t = self.train_settings()
         data, manifest = load_pair_data(
-            inputs["split"], inputs["prepared"], inputs["words"], t.max_text_tokens
+            inputs["split"], inputs["prepared"], inputs["words"], t.max_text_tokens, inputs.get("features")
         )
         train_positions = np.flatnonzero((manifest["split"] == "train").to_numpy())
         spec = self.variant_spec()
@@ -99,8 +100,10 @@ class Cocos(VariantParams, DatasetParams, HashedTask):
                 raise ValueError(
                     f"variant {self.variant!r} has a loss that needs semantic neighbours but no neighbor_source"
                 )
-            neighbors = load_neighbor_table(inputs["neighbors"], train_positions)
-        model, best_epoch = load_trained_model(spec, t, inputs["words"], inputs["train"])
+            neighbors = load_neighbor_table(
+                inputs["neighbors"], train_positions, self.settings.neighbors.sample_k
+            )
+        model, best_epoch = load_trained_model(spec, t, inputs["words"], inputs["train"], feature_width(data))
         device = next(model.parameters()).device
         losses = [loss.to(device) for loss in losses]
         sampler = BatchSampler(

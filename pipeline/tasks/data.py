@@ -25,7 +25,7 @@ from pipeline.steps.image_cache import (
     load_image_cache,
     load_image_shards,
 )
-from pipeline.steps.splits import DEFAULT_FRACTIONS, assign_splits
+from pipeline.steps.splits import SPLIT_SALT, assign_splits
 from pipeline.tasks.params import DatasetParams
 
 MANIFEST = "manifest.parquet"
@@ -253,23 +253,25 @@ class Deduplicate(DatasetParams, HashedTask):
 
 
 class Split(DatasetParams, HashedTask):
-    """80/10/10 train/val/test by a hash of pair_id (or group_id), stable when data is added."""
+    """Train/val/test by a hash of pair_id (or group_id), stable when data is added; the profile's fractions
+    (80/10/10 unless it says otherwise)."""
 
     def requires(self) -> Deduplicate:
         return self.clone(Deduplicate)
 
     def config(self) -> dict[str, Any]:
-        return {"fractions": DEFAULT_FRACTIONS, "salt": "split"}
+        return {"fractions": dict(self.settings.split_fractions), "salt": SPLIT_SALT}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        manifest = assign_splits(read_manifest(self.input_dir(self.requires())), DEFAULT_FRACTIONS)
+        config = self.config()
+        manifest = assign_splits(read_manifest(self.input_dir(self.requires())), **config)
         manifest = manifest.sort_values("pair_id", kind="stable").reset_index(drop=True)
         save_frame(work_dir / MANIFEST, manifest)
         counts = manifest["split"].value_counts().to_dict()
-        for split in DEFAULT_FRACTIONS:
+        for split in config["fractions"]:
             if counts.get(split, 0) < 2:
                 raise ValueError(
                     f"split {split!r} has {counts.get(split, 0)} pairs after dedup; the dataset is too small "
-                    "for an 80/10/10 split (use more pairs)"
+                    f"for the split {config['fractions']} (use more pairs)"
                 )
         return {"counts": counts}

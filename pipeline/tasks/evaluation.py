@@ -1,5 +1,6 @@
 """Test-split evaluation of one trained variant: n-way retrieval and neighbour preservation (Thomas &
-Kovashka §4.3), full-ranking Recall@K / medR / mAP@k (Bleeker & de Rijke §3), and global calibration: the
+Kovashka §4.3; preservation at several k with its chance level, and per-sample values at the headline k for
+the report's bootstrap), within-modality topic precision, full-ranking Recall@K / medR / mAP@k (Bleeker & de Rijke §3), and global calibration: the
 PR curve, PR-AUC and per-query score distributions (Veit & Wilber §4.3, §4.5).
 
 Test embeddings are ``[n, d]``, or ``[n, K, d]`` for a PVSE model (K embeddings per item); every metric
@@ -20,10 +21,15 @@ from evaluation.metrics import (
     coco_folds,
     full_ranking_metrics,
     n_way_recall_at_1,
-    neighbour_preservation,
     precision_recall,
     score_distribution,
     topic_precision_at_k,
+)
+from evaluation.neighbourhoods import (
+    headline_preservation_k,
+    nearest_neighbour_ranking,
+    neighbour_preservation_at_ks,
+    within_modality_topic_precision,
 )
 from models.training import encode_pairs
 from pipeline.base import HashedTask
@@ -31,13 +37,23 @@ from pipeline.io import save_array, write_json
 from pipeline.tasks.data import PrepareDataset, Split, read_ground_truth
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import DOC_VECTORS, TrainDoc2Vec, TrainWordVectors
-from pipeline.tasks.training import Train, VariantParams, load_pair_data, load_trained_model
+from pipeline.tasks.training import (
+    Train,
+    VariantParams,
+    feature_width,
+    load_pair_data,
+    load_trained_model,
+    trunk_inputs,
+)
 
 #: distractors are drawn with this seed for every variant and training seed, so rows compare the same task
 EVAL_SEED = 0
 TEST_IMAGE, TEST_TEXT, TEST_ROWS = "test_image.npy", "test_text.npy", "test_rows.npy"
 #: PR curve and score-distribution arrays, kept out of metrics.json
 CURVES = "curves.npz"
+#: per-sample neighbour preservation at the headline k, per modality (``<name>.npy``), for the report's
+#: bootstrap over test items
+HEADLINE_PRESERVATION = {"image": "preservation_image_headline", "text": "preservation_text_headline"}
 
 #: settings of the full-ranking and calibration metrics (hashed into Evaluate's output path)
 FULL_EVAL = {
@@ -195,6 +211,58 @@ def similarity_summary(image: np.ndarray, text: np.ndarray) -> dict[str, Any]:
     return {"image_embeddings_per_item": int(image_k), "text_embeddings_per_item": int(text_k), "rule": rule}
 
 
+def preservation_at_ks(
+    image: np.ndarray,
+    text: np.ndarray,
+    doc_vectors: np.ndarray,
+    preservation_k: int,
+    preservation_ks: tuple[int, ...] | list[int],
+    paper_ratio: float,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, np.ndarray]]:
+    """Neighbour preservation per modality at every usable k, from one ranking of each space.
+
+    The ks are those of ``preservation_ks`` below n (a k of n - 1 or more is every other item), the paper's
+    ``preservation_k`` capped at n - 1, and the headline k (:func:`headline_preservation_k`). Returns the
+    legacy ``neighbour_preservation`` entry (the paper's k, as Table 3 always reported it), the
+    ``neighbour_preservation_at_k`` entry (per k: chance level, and per modality mean and lift) and the
+    per-sample arrays at the headline k, keyed as ``HEADLINE_PRESERVATION`` names them.
+    """
+    n = len(doc_vectors)
+    paper_k = int(min(preservation_k, n - 1))
+    headline_k = headline_preservation_k(preservation_ks, n, paper_ratio)
+    ks = sorted({int(k) for k in preservation_ks if 1 <= k <= n - 1} | {paper_k, headline_k})
+    reference_ranking = nearest_neighbour_ranking(doc_vectors, ks[-1])
+    by_modality = {
+        modality: neighbour_preservation_at_ks(embeddings, None, ks, reference_ranking=reference_ranking)
+        for modality, embeddings in (("image", image), ("text", text))
+    }
+    legacy = {
+        modality: {"mean": result[paper_k]["mean"], "k_used": paper_k, "k_requested": int(preservation_k)}
+        for modality, result in by_modality.items()
+    }
+    at_k = {
+        "headline_k": headline_k,
+        "paper_k": paper_k,
+        "paper_ratio": float(paper_ratio),
+        "n": int(n),
+        "ks": {
+            str(k): {
+                "chance": by_modality["image"][k]["chance"],
+                **{
+                    modality: {"mean": result[k]["mean"], "lift": result[k]["lift"]}
+                    for modality, result in by_modality.items()
+                },
+            }
+            for k in ks
+        },
+    }
+    arrays = {
+        HEADLINE_PRESERVATION[modality]: result[headline_k]["per_sample"]
+        for modality, result in by_modality.items()
+    }
+    return legacy, at_k, arrays
+
+
 def evaluate_embeddings(
     image: np.ndarray,
     text: np.ndarray,
@@ -205,29 +273,40 @@ def evaluate_embeddings(
     group_ids: np.ndarray | None = None,
     topics: np.ndarray | None = None,
     topic_k: int = 10,
+    preservation_ks: tuple[int, ...] | list[int] = (),
+    paper_preservation_ratio: float = 0.006,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Table 1 (n-way R@1 both directions) and Table 3 (neighbour preservation per modality) metrics.
 
     ``image`` / ``text`` are ``[n, d]`` or ``[n, K, d]`` (PVSE); see :func:`similarity_summary`.
+    Neighbour preservation is computed at the paper's ``preservation_k`` and at every k of
+    ``preservation_ks`` (see :func:`preservation_at_ks`); with ``topics``, topic precision at ``topic_k``
+    cross-modally (I→T, T→I) and within each modality (I→I, T→T, at most n - 1 neighbours).
+    Returns the metrics and the per-item arrays the report bootstraps: ``i2t_hits`` / ``t2i_hits``
+    ``[redraws, n]`` and the per-sample preservation at the headline k (``HEADLINE_PRESERVATION``).
     """
     retrieval = n_way_recall_at_1(
         image, text, n_way, EVAL_SEED, redraws, group_ids=group_ids, return_hits=True
     )
-    hits = {"i2t_hits": retrieval.pop("i2t_hits"), "t2i_hits": retrieval.pop("t2i_hits")}
+    arrays = {"i2t_hits": retrieval.pop("i2t_hits"), "t2i_hits": retrieval.pop("t2i_hits")}
     metrics: dict[str, Any] = {"retrieval": retrieval, "similarity": similarity_summary(image, text)}
-    preservation = {}
-    for modality, embeddings in (("image", image), ("text", text)):
-        result = neighbour_preservation(embeddings, doc_vectors, preservation_k)
-        result.pop("per_sample")
-        preservation[modality] = result
-    metrics["neighbour_preservation"] = preservation
+    legacy, at_k, preservation_arrays = preservation_at_ks(
+        image, text, doc_vectors, preservation_k, preservation_ks, paper_preservation_ratio
+    )
+    metrics["neighbour_preservation"] = legacy
+    metrics["neighbour_preservation_at_k"] = at_k
+    arrays.update(preservation_arrays)
     if topics is not None:
+        within_k = int(min(topic_k, len(topics) - 1))
         metrics["topic_precision"] = {
             "k": topic_k,
             "i2t": topic_precision_at_k(image, text, topics, topics, topic_k),
             "t2i": topic_precision_at_k(text, image, topics, topics, topic_k),
+            "within_k": within_k,
+            "i2i": within_modality_topic_precision(image, topics, within_k),
+            "t2t": within_modality_topic_precision(text, topics, within_k),
         }
-    return metrics, hits
+    return metrics, arrays
 
 
 class Evaluate(VariantParams, DatasetParams, HashedTask):
@@ -238,6 +317,7 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
             "prepared": self.clone(PrepareDataset),
             "words": self.clone(TrainWordVectors),
             "doc2vec": self.clone(TrainDoc2Vec),
+            **trunk_inputs(self, self.train_settings()),
         }
 
     def config(self) -> dict[str, Any]:
@@ -247,9 +327,11 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
         inputs = {name: self.input_dir(task) for name, task in self.requires().items()}
         t = self.train_settings()
         data, manifest = load_pair_data(
-            inputs["split"], inputs["prepared"], inputs["words"], t.max_text_tokens
+            inputs["split"], inputs["prepared"], inputs["words"], t.max_text_tokens, inputs.get("features")
         )
-        model, best_epoch = load_trained_model(self.variant_spec(), t, inputs["words"], inputs["train"])
+        model, best_epoch = load_trained_model(
+            self.variant_spec(), t, inputs["words"], inputs["train"], feature_width(data)
+        )
         test_rows = np.flatnonzero((manifest["split"] == "test").to_numpy())
         image, text = encode_pairs(model, data, test_rows, t.image_size)
         doc_vectors = np.load(inputs["doc2vec"] / DOC_VECTORS)[test_rows]
@@ -259,7 +341,7 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
             topic_of = dict(zip(ground_truth["pair_id"], ground_truth["topic"], strict=True))
             topics = manifest["pair_id"].iloc[test_rows].map(topic_of).to_numpy()
         e = self.settings.eval
-        metrics, hits = evaluate_embeddings(
+        metrics, arrays = evaluate_embeddings(
             image,
             text,
             doc_vectors,
@@ -269,6 +351,8 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
             group_ids=data.group_ids[test_rows],
             topics=topics,
             topic_k=e.topic_k,
+            preservation_ks=e.preservation_ks,
+            paper_preservation_ratio=e.paper_preservation_ratio,
         )
         test_manifest = manifest.iloc[test_rows]
         layout = retrieval_layout(
@@ -289,7 +373,7 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
         save_array(work_dir / TEST_IMAGE, image)
         save_array(work_dir / TEST_TEXT, text)
         save_array(work_dir / TEST_ROWS, test_rows)
-        for name, value in hits.items():
+        for name, value in arrays.items():
             save_array(work_dir / f"{name}.npy", value)
         with open(work_dir / CURVES, "wb") as handle:
             np.savez_compressed(handle, **curves)

@@ -24,6 +24,7 @@ from evaluation.report import (
 )
 from pipeline.base import META_FILE, HashedTask
 from pipeline.io import library_versions, read_json, save_text, write_json
+from pipeline.profiles import get_profile
 from pipeline.tasks.cocos import COCOS_FILE, Cocos
 from pipeline.tasks.data import (
     Deduplicate,
@@ -33,7 +34,15 @@ from pipeline.tasks.data import (
     load_prepared_images,
     read_manifest,
 )
-from pipeline.tasks.evaluation import CURVES, TEST_IMAGE, TEST_ROWS, TEST_TEXT, Evaluate, retrieval_layout
+from pipeline.tasks.evaluation import (
+    CURVES,
+    HEADLINE_PRESERVATION,
+    TEST_IMAGE,
+    TEST_ROWS,
+    TEST_TEXT,
+    Evaluate,
+    retrieval_layout,
+)
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import DOC_VECTORS, NeighborTables, TrainDoc2Vec
 from pipeline.variants import paper_grid
@@ -59,10 +68,21 @@ class GridParams:
         description="variants to train and compare (default: the paper's grid for the dataset, see "
         "pipeline.variants.paper_grid)",
     )
-    seeds = luigi.ListParameter(default=[0], description="training seeds; every variant runs with each")
+    seeds = luigi.ListParameter(
+        default=[],
+        description="training seeds of every variant (default: the profile's, which gives the headline's "
+        "baseline and method several seeds)",
+    )
     variant_overrides = luigi.DictParameter(
         default={}, description='per-variant loss changes: {"ours": {"within_modality": {"alpha": 0.5}}}'
     )
+
+    def seeds_for(self, variant: str) -> list[int]:
+        """``--seeds`` when given, else the profile's seeds for ``variant``."""
+        return [int(s) for s in self.seeds] or list(get_profile(self.profile).seeds_for(variant))
+
+    def seed_plan(self) -> dict[str, list[int]]:
+        return {variant: self.seeds_for(variant) for variant in self.variant_names()}
 
     def overrides_for(self, variant: str) -> dict[str, Any]:
         return recursively_unfreeze(self.variant_overrides).get(variant, {})
@@ -86,6 +106,12 @@ def all_upstream(task: luigi.Task) -> list[HashedTask]:
     return list(seen.values())
 
 
+def load_headline_preservation(folder: Path) -> dict[str, np.ndarray]:
+    """Evaluate's per-sample neighbour preservation at the headline k, by modality (those it saved)."""
+    paths = {modality: folder / f"{name}.npy" for modality, name in HEADLINE_PRESERVATION.items()}
+    return {modality: np.load(path) for modality, path in paths.items() if path.is_file()}
+
+
 class Report(GridParams, DatasetParams, HashedTask):
     def evaluations(self) -> list[Evaluate]:
         return [
@@ -93,7 +119,7 @@ class Report(GridParams, DatasetParams, HashedTask):
                 Evaluate, variant=variant, seed=int(seed), variant_overrides=self.overrides_for(variant)
             )
             for variant in self.variant_names()
-            for seed in self.seeds
+            for seed in self.seeds_for(variant)
         ]
 
     def requires(self) -> dict[str, Any]:
@@ -113,8 +139,13 @@ class Report(GridParams, DatasetParams, HashedTask):
     def config(self) -> dict[str, Any]:
         return {
             "variants": self.variant_names(),
-            "seeds": [int(s) for s in self.seeds],
+            "seeds": self.seed_plan(),
             "qualitative": QUALITATIVE,
+            "headline": {
+                "method": OURS_VARIANT,
+                "baseline": BASELINE_VARIANT,
+                "bootstrap_resamples": self.settings.eval.bootstrap_resamples,
+            },
         }
 
     def qualitative(self, work_dir: Path) -> Qualitative | None:
@@ -207,6 +238,7 @@ class Report(GridParams, DatasetParams, HashedTask):
                     hits={name: np.load(folder / f"{name}.npy") for name in ("i2t_hits", "t2i_hits")},
                     curves=arrays,
                     loss_names=[loss["name"] for loss in spec["losses"]],
+                    preservation=load_headline_preservation(folder),
                 )
             )
         cocos = []
@@ -234,7 +266,7 @@ class Report(GridParams, DatasetParams, HashedTask):
             run_info={
                 "dataset": self.dataset,
                 "profile": self.profile,
-                "seeds": [int(s) for s in self.seeds],
+                "seeds": self.seed_plan(),
                 "data_seed": self.data_seed,
                 "variants": self.variant_names(),
                 "variant_overrides": recursively_unfreeze(self.variant_overrides),
@@ -244,12 +276,15 @@ class Report(GridParams, DatasetParams, HashedTask):
             },
             cocos=cocos,
             qualitative=self.qualitative(work_dir),
+            baseline=BASELINE_VARIANT,
+            method=OURS_VARIANT,
+            bootstrap_resamples=self.settings.eval.bootstrap_resamples,
         )
         document, payload = build_report(inputs, work_dir)
         save_text(work_dir / REPORT_MD, document.to_markdown())
         save_text(work_dir / REPORT_HTML, document.to_html())
         write_json(work_dir / REPORT_JSON, payload)
-        return {"variants": self.variant_names(), "seeds": [int(s) for s in self.seeds]}
+        return {"variants": self.variant_names(), "seeds": self.seed_plan()}
 
 
 class FullRun(GridParams, DatasetParams, luigi.WrapperTask):

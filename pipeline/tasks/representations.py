@@ -1,5 +1,5 @@
-"""Representations computed before cross-modal training: Doc2Vec (Ω), word vectors for the GRU, initial
-CNN features, and the k-NN tables of Eq. 5 over both.
+"""Representations computed before cross-modal training: Doc2Vec (Ω), word vectors for the GRU, image-trunk
+features, and the k-NN tables of Eq. 5 over Doc2Vec and over the trunk's pooled features.
 """
 
 from __future__ import annotations
@@ -12,12 +12,18 @@ import numpy as np
 
 from pipeline.base import HashedTask
 from pipeline.io import read_json, save_array, save_frame, write_json
+from pipeline.profiles import TrainSettings
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec
-from pipeline.steps.features import backbone_features
-from pipeline.steps.neighbors import annoy_neighbor_table, recall_against_exact
+from pipeline.steps.features import trunk_features
+from pipeline.steps.neighbors import (
+    annoy_neighbor_table,
+    recall_against_exact,
+    same_topic_share,
+    sampling_pool,
+)
 from pipeline.steps.text import tokenize
 from pipeline.steps.word_vectors import train_word_vectors
-from pipeline.tasks.data import PrepareDataset, Split, load_prepared_images, read_manifest
+from pipeline.tasks.data import PrepareDataset, Split, load_prepared_images, read_ground_truth, read_manifest
 from pipeline.tasks.params import DatasetParams
 
 DOC_VECTORS = "doc_vectors.npy"
@@ -25,6 +31,7 @@ WORD_VECTORS = "word_vectors.npy"
 VOCAB = "vocab.json"
 FEATURES = "features.npy"
 NEIGHBORS = "neighbors.npy"
+DISTANCES = "distances.npy"
 TRAIN_ROWS = "train_rows.npy"
 
 
@@ -80,30 +87,56 @@ def load_vocabulary(task_dir: Path) -> tuple[dict[str, int], np.ndarray]:
     return read_json(Path(task_dir) / VOCAB), np.load(Path(task_dir) / WORD_VECTORS)
 
 
-class ImageFeatures(DatasetParams, HashedTask):
-    """Average-pooled features of the initial image backbone for every pair's image."""
+class TrunkFeatures(DatasetParams, HashedTask):
+    """Image-trunk features of every cached image, computed once per dataset x backbone x resolution and
+    reused by every variant and seed that trains on a frozen trunk and by the image-neighbour table.
+    ``spatial`` keeps the map before pooling (PVSE attends over its cells); otherwise the pooled vector.
+    """
 
-    def requires(self) -> dict[str, HashedTask]:
-        return {"split": self.clone(Split), "prepared": self.clone(PrepareDataset)}
+    backbone = luigi.Parameter(description="trunk name (models/backbones.py)")
+    pretrained = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
+    image_size = luigi.IntParameter(description="side in pixels the cached images are resized to")
+    spatial = luigi.BoolParameter(default=False, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
+
+    def requires(self) -> PrepareDataset:
+        return self.clone(PrepareDataset)
 
     def config(self) -> dict[str, Any]:
-        t = self.settings.train
         return {
-            "backbone": t.backbone,
-            "pretrained": t.pretrained,
-            "image_size": t.image_size,
+            "backbone": self.backbone,
+            "pretrained": self.pretrained,
+            "image_size": self.image_size,
+            "spatial": self.spatial,
             "seed": self.data_seed,
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        manifest = read_manifest(self.input_dir(self.requires()["split"]))
-        images = load_prepared_images(self.input_dir(self.requires()["prepared"]))
-        t = self.settings.train
-        features, loaded = backbone_features(
-            images, manifest["cache_row"].to_numpy(), t.backbone, t.pretrained, t.image_size, self.data_seed
+        images = load_prepared_images(self.input_dir(self.requires()))
+        features, loaded = trunk_features(
+            images, self.backbone, self.pretrained, self.image_size, self.spatial, self.data_seed
         )
         save_array(work_dir / FEATURES, features)
-        return {"shape": list(features.shape), "imagenet_weights_loaded": loaded}
+        return {
+            "shape": list(features.shape),
+            "dtype": str(features.dtype),
+            "imagenet_weights_loaded": loaded,
+        }
+
+
+def trunk_features_task(task: HashedTask, settings: TrainSettings, spatial: bool) -> TrunkFeatures:
+    """The TrunkFeatures task of ``settings``' backbone and resolution, with ``task``'s dataset parameters."""
+    return task.clone(
+        TrunkFeatures,
+        backbone=settings.backbone,
+        pretrained=settings.pretrained,
+        image_size=settings.image_size,
+        spatial=spatial,
+    )
+
+
+def load_trunk_features(task_dir: Path) -> np.ndarray:
+    """Features of a TrunkFeatures output, one row per image-cache row (memory-mapped)."""
+    return np.load(Path(task_dir) / FEATURES, mmap_mode="r")
 
 
 class NeighborTables(DatasetParams, HashedTask):
@@ -114,16 +147,23 @@ class NeighborTables(DatasetParams, HashedTask):
     space = luigi.ChoiceParameter(choices=["text", "image"], default="text")
 
     def requires(self) -> dict[str, HashedTask]:
-        source = self.clone(TrainDoc2Vec) if self.space == "text" else self.clone(ImageFeatures)
-        return {"split": self.clone(Split), "vectors": source}
+        if self.space == "text":
+            source = self.clone(TrainDoc2Vec)
+        else:
+            source = trunk_features_task(self, self.settings.train, spatial=False)
+        return {"split": self.clone(Split), "vectors": source, "prepared": self.clone(PrepareDataset)}
 
     def config(self) -> dict[str, Any]:
         return {"space": self.space, "neighbors": self.settings.section("neighbors"), "seed": self.data_seed}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        manifest = read_manifest(self.input_dir(self.requires()["split"]))
-        name = DOC_VECTORS if self.space == "text" else FEATURES
-        vectors = np.load(self.input_dir(self.requires()["vectors"]) / name)
+        inputs = {name: self.input_dir(task) for name, task in self.requires().items()}
+        manifest = read_manifest(inputs["split"])
+        if self.space == "text":
+            vectors = np.load(inputs["vectors"] / DOC_VECTORS)
+        else:
+            vectors = np.asarray(load_trunk_features(inputs["vectors"]), dtype=np.float32)
+            vectors = vectors[manifest["cache_row"].to_numpy()]
         train_rows = np.flatnonzero((manifest["split"] == "train").to_numpy())
         settings = self.settings.neighbors
         table = annoy_neighbor_table(
@@ -138,10 +178,21 @@ class NeighborTables(DatasetParams, HashedTask):
             vectors[train_rows], table.neighbors, settings.recall_queries, self.data_seed
         )
         save_array(work_dir / NEIGHBORS, table.neighbors)
+        save_array(work_dir / DISTANCES, table.distances)
         save_array(work_dir / TRAIN_ROWS, train_rows)
         save_frame(
             work_dir / "row_pair_ids.parquet", manifest.loc[train_rows, ["pair_id"]].reset_index(drop=True)
         )
         summary = {"annoy": table.settings, "recall_vs_exact": recall}
+        ground_truth = read_ground_truth(inputs["prepared"])
+        if ground_truth is not None and "topic" in ground_truth.columns:
+            topic_of = dict(zip(ground_truth["pair_id"], ground_truth["topic"], strict=True))
+            topics = manifest["pair_id"].iloc[train_rows].map(topic_of).to_numpy()
+            pool = sampling_pool(table.neighbors, table.distances, settings.sample_k)
+            summary["same_topic_share"] = {
+                "all_k": same_topic_share(topics, table.neighbors),
+                "sample_pool": same_topic_share(topics, pool),
+                "sample_k": settings.sample_k,
+            }
         write_json(work_dir / "neighbors.json", summary)
         return summary

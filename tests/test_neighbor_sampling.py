@@ -1,0 +1,209 @@
+"""Where i' comes from (the authors' first-10 non-duplicate neighbours), the in_batch negative mask, early
+stopping and frozen-trunk training — on tiny hand-built data."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from models.batching import Batch, BatchSampler
+from models.encoders import EncoderConfig, VSEModel
+from models.losses import build_loss
+from models.training import PairData, Trainer, cross_modal_group_ids
+from pipeline.profiles import TrainSettings
+from pipeline.steps.neighbors import DUPLICATE_DISTANCE, annoy_neighbor_table, same_topic_share, sampling_pool
+
+
+def test_sampling_pool_takes_the_first_sample_k_non_duplicates():
+    neighbors = np.array([[5, 6, 7, 8, 9, 1], [0, 2, 3, 4, 5, 6]])
+    distances = np.array([[0.0, 0.0, 0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]], dtype=np.float32)
+    pool = sampling_pool(neighbors, distances, sample_k=3)
+    # row 0: 5 and 6 sit at distance 0 (copies of the anchor's text) and are skipped
+    assert pool.tolist() == [[7, 8, 9], [0, 2, 3]]
+    assert sampling_pool(neighbors, distances, None) is neighbors
+
+
+def test_sampling_pool_repeats_scarce_non_duplicates_and_keeps_all_duplicate_rows():
+    neighbors = np.array([[1, 2, 3, 4], [0, 2, 3, 4]])
+    distances = np.array([[0.0, 0.0, 0.0, 0.5], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    pool = sampling_pool(neighbors, distances, sample_k=3)
+    assert pool.tolist() == [[4, 4, 4], [0, 2, 3]]
+    with pytest.raises(ValueError, match="sample_k"):
+        sampling_pool(neighbors, distances, 0)
+
+
+def test_annoy_table_reports_zero_distance_for_an_exact_copy():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(50, 8)).astype(np.float32)
+    vectors[1] = vectors[0]
+    table = annoy_neighbor_table(vectors, k=5, n_trees=10, seed=0)
+    assert table.neighbors[0, 0] == 1 and table.distances[0, 0] <= DUPLICATE_DISTANCE
+    assert (table.distances[:, 1:] >= table.distances[:, :-1] - 1e-5).all(), "nearest first"
+    assert sampling_pool(table.neighbors, table.distances, 2)[0].tolist() == table.neighbors[0, 1:3].tolist()
+
+
+def test_sampler_draws_i_prime_only_from_the_pool():
+    n, k, sample_k = 60, 20, 4
+    rng = np.random.default_rng(1)
+    neighbors = np.stack([rng.permutation(np.delete(np.arange(n), i))[:k] for i in range(n)])
+    distances = np.sort(rng.uniform(0.1, 1.0, (n, k)), axis=1).astype(np.float32)
+    distances[:, 0] = 0.0  # every row's nearest entry is a duplicate
+    pool = sampling_pool(neighbors, distances, sample_k)
+    for mode in ("in_batch", "extra_rows"):
+        sampler = BatchSampler(np.arange(n), 12, np.random.default_rng(0), pool, mode)
+        for _ in range(5):
+            for batch in sampler.epoch():
+                anchors, drawn = batch.rows[batch.neighbor_of], batch.rows[batch.neighbor_rows]
+                for anchor, neighbour in zip(anchors, drawn, strict=True):
+                    assert neighbour in neighbors[anchor, 1 : sample_k + 1]
+
+
+def test_same_topic_share_counts_table_entries():
+    topics = np.array(["a", "a", "b", "b"])
+    assert same_topic_share(topics, np.array([[1, 2], [0, 3], [3, 0], [2, 1]])) == 0.5
+
+
+def test_in_batch_anchor_and_neighbour_are_not_negatives():
+    # rows 0-2 are anchors, rows 3-5 their sampled neighbours (in_batch: all six are cross-modal rows)
+    batch = Batch(
+        rows=np.arange(6), n_main=6, neighbor_rows=np.array([3, 4, 5]), neighbor_of=np.array([0, 1, 2])
+    )
+    merged = cross_modal_group_ids(np.array([10, 11, 12, 13, 14, 10]), batch)
+    # anchor-neighbour links 0~3, 1~4, 2~5, and rows 0 and 5 already share group 10: two components
+    component = {0: "A", 2: "A", 3: "A", 5: "A", 1: "B", 4: "B"}
+    for a in range(6):
+        for b in range(6):
+            assert (merged[a] == merged[b]) == (component[a] == component[b]), (a, b)
+    # extra rows lie outside the cross-modal pool: nothing to merge
+    extra = Batch(
+        rows=np.arange(6), n_main=3, neighbor_rows=np.array([3, 4, 5]), neighbor_of=np.array([0, 1, 2])
+    )
+    assert cross_modal_group_ids(np.arange(6), extra).tolist() == list(range(6))
+
+
+def test_masked_cross_pairs_change_the_angular_loss_exactly_as_removing_those_negatives():
+    torch.manual_seed(0)
+    image = torch.nn.functional.normalize(torch.randn(4, 5), dim=1)
+    text = torch.nn.functional.normalize(torch.randn(4, 5), dim=1)
+    batch = Batch(rows=np.arange(4), n_main=4, neighbor_rows=np.array([2, 3]), neighbor_of=np.array([0, 1]))
+    groups = torch.from_numpy(cross_modal_group_ids(np.arange(4), batch))
+    loss = build_loss("angular", symmetric=False)(image=image, text=text, group_ids=groups)[
+        "image_to_text_loss"
+    ]
+    # naive reference: image i against the texts of rows that are neither i nor i's anchor/neighbour
+    partner = {0: 2, 2: 0, 1: 3, 3: 1}
+    terms = []
+    for i in range(4):
+        a, p = image[i], text[i]
+        logits = [4 * (a + p) @ text[j] - 4 * (a @ p) for j in range(4) if j not in (i, partner[i])]
+        terms.append(torch.log1p(torch.exp(torch.stack(logits)).sum()))
+    assert torch.allclose(loss, torch.stack(terms).mean(), atol=1e-6)
+
+
+SETTINGS = TrainSettings(
+    backbone="resnet18",
+    pretrained=False,
+    image_size=16,
+    embed_dim=8,
+    gru_hidden=8,
+    max_text_tokens=6,
+    batch_size=8,
+    epochs=2,
+    learning_rate=1e-3,
+    lr_patience=1,
+)
+
+
+def feature_data(n: int = 40, width: int = 12) -> PairData:
+    rng = np.random.default_rng(0)
+    return PairData(
+        images=np.zeros((n, 1, 1, 3), dtype=np.uint8),
+        image_rows=np.arange(n),
+        tokens=rng.integers(2, 20, (n, 6)),
+        lengths=rng.integers(1, 7, n),
+        group_ids=np.arange(n),
+        image_features=rng.normal(size=(n, width)).astype(np.float32),
+    )
+
+
+def frozen_model(width: int = 12) -> VSEModel:
+    torch.manual_seed(0)
+    config = EncoderConfig(
+        backbone="resnet18",
+        pretrained=False,
+        embed_dim=8,
+        word_dim=8,
+        gru_hidden=8,
+        vocab_size=20,
+        trunk="frozen",
+        feature_dim=width,
+    )
+    return VSEModel(config)
+
+
+def test_frozen_trunk_model_holds_no_trunk_and_trains_on_cached_features(tmp_path):
+    model = frozen_model()
+    assert model.image_encoder.trunk is None
+    assert not any(name.startswith("image_encoder.trunk") for name in model.state_dict())
+    settings = replace(SETTINGS, trunk="frozen", horizontal_flip=False)
+    data = feature_data()
+    before = model.image_encoder.project.weight.detach().clone()
+    trainer = Trainer(
+        model, [build_loss("angular")], data, np.arange(32), np.arange(32, 40), settings, 0, tmp_path
+    )
+    result = trainer.fit()
+    assert len(result.history) == 2
+    assert not torch.equal(before, model.image_encoder.project.weight)
+
+
+def test_frozen_trunk_refuses_flips_and_missing_features(tmp_path):
+    model = frozen_model()
+    with pytest.raises(ValueError, match="horizontal_flip"):
+        Trainer(
+            model,
+            [build_loss("angular")],
+            feature_data(),
+            np.arange(32),
+            np.arange(32, 40),
+            replace(SETTINGS, trunk="frozen"),
+            0,
+            tmp_path,
+        )
+    no_features = replace(feature_data(), image_features=None)
+    with pytest.raises(ValueError, match="cached trunk features"):
+        Trainer(
+            model,
+            [build_loss("angular")],
+            no_features,
+            np.arange(32),
+            np.arange(32, 40),
+            replace(SETTINGS, trunk="frozen", horizontal_flip=False),
+            0,
+            tmp_path,
+        )
+
+
+def test_early_stopping_ends_training_after_patience_epochs_without_improvement(tmp_path):
+    settings = replace(
+        SETTINGS,
+        trunk="frozen",
+        horizontal_flip=False,
+        epochs=30,
+        early_stopping_patience=2,
+        learning_rate=0.0,
+    )  # lr 0: the validation loss never improves after epoch 1
+    trainer = Trainer(
+        frozen_model(),
+        [build_loss("angular")],
+        feature_data(),
+        np.arange(32),
+        np.arange(32, 40),
+        settings,
+        0,
+        tmp_path,
+    )
+    result = trainer.fit()
+    assert result.best_epoch == 1 and len(result.history) == 3 and result.stopped_early_at == 3
