@@ -2,9 +2,11 @@
 
 Both neighbour modes are timed: ``in_batch`` (neighbours fill half of each batch: the same number of rows
 encoded as the baseline) and ``extra_rows`` (neighbours encoded as extra rows). Synthetic pairs at the
-demo profile's sizes (ResNet-18, 64 px, batch 64); runs are interleaved and repeated, medians reported.
+demo profile's sizes (frozen EfficientNet-Lite0 features, 1280-d, GRU(256), batch 64; ``--finetune`` times
+a ResNet-18 trunk trained end to end on 64 px pixels instead); runs are interleaved and repeated, medians
+reported.
 
-    python benchmarks/bench_epoch.py [--pairs 1024] [--repeats 3] [--image-size 64]
+    python benchmarks/bench_epoch.py [--pairs 1024] [--repeats 3] [--finetune --image-size 64]
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.encoders import EncoderConfig, VSEModel
+from models.encoders import EncoderConfig
 from models.losses import build_loss
 from models.training import PairData, Trainer
+from models.vse import VSEModel
 from pipeline.profiles import DEMO
 from pipeline.variants import resolve_variant
 
+FROZEN_FEATURE_DIM = 1280  # EfficientNet-Lite0's pooled features
 
-def synthetic_pairs(n: int, image_size: int, max_tokens: int, vocab: int, seed: int = 0) -> PairData:
+
+def synthetic_pairs(
+    n: int, image_size: int, max_tokens: int, vocab: int, frozen: bool, seed: int = 0
+) -> PairData:
     rng = np.random.default_rng(seed)
     return PairData(
         images=rng.integers(0, 255, (n, image_size, image_size, 3), dtype=np.uint8),
@@ -34,19 +41,16 @@ def synthetic_pairs(n: int, image_size: int, max_tokens: int, vocab: int, seed: 
         tokens=rng.integers(2, vocab, (n, max_tokens)),
         lengths=rng.integers(20, max_tokens + 1, n),
         group_ids=np.arange(n),
+        image_features=rng.normal(size=(n, FROZEN_FEATURE_DIM)).astype(np.float32) if frozen else None,
     )
 
 
 def time_epoch(variant: str, mode: str, data: PairData, n_train: int, settings, k: int) -> float:
     spec = resolve_variant(variant)
     torch.manual_seed(0)
-    config = EncoderConfig(
-        backbone=settings.backbone,
-        pretrained=False,
-        embed_dim=settings.embed_dim,
-        word_dim=200,
-        gru_hidden=settings.gru_hidden,
-        vocab_size=5000,
+    feature_dim = None if data.image_features is None else FROZEN_FEATURE_DIM
+    config = EncoderConfig.from_settings(
+        replace(settings, pretrained=False), np.zeros((5000, 200)), feature_dim
     )
     model = VSEModel(config)
     losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
@@ -75,10 +79,14 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--finetune", action="store_true", help="ResNet-18 trained on pixels, not frozen")
     parser.add_argument("--out", default="benchmarks/results/epoch.json")
     args = parser.parse_args()
     settings = replace(DEMO.train, image_size=args.image_size)
-    data = synthetic_pairs(args.pairs + 64, args.image_size, settings.max_text_tokens, 5000)
+    if args.finetune:
+        settings = replace(settings, backbone="resnet18", trunk="finetune", horizontal_flip=True)
+    frozen = settings.trunk == "frozen"
+    data = synthetic_pairs(args.pairs + 64, args.image_size, settings.max_text_tokens, 5000, frozen)
     cases = [("ang_np_sym", "in_batch"), ("ours", "in_batch"), ("ours", "extra_rows")]
     times: dict[str, list[float]] = {f"{v}/{m}": [] for v, m in cases}
     for repeat in range(args.repeats):
@@ -92,6 +100,7 @@ def main() -> None:
         "pairs_per_epoch": args.pairs,
         "batch_size": settings.batch_size,
         "backbone": settings.backbone,
+        "trunk": settings.trunk,
         "image_size": args.image_size,
         "threads": torch.get_num_threads(),
         "seconds": times,

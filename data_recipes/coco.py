@@ -48,7 +48,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from data_recipes.manifest import VALID_SPLITS, RecipeResult, check_manifest_columns
+from data_recipes.manifest import VALID_SPLITS, RecipeResult, check_manifest_columns, require_raw_dir
+from data_recipes.registry import register_recipe
 
 KARPATHY_CANDIDATES = (
     "dataset_coco.json",
@@ -127,6 +128,7 @@ def karpathy_rows(raw_dir: Path, path: Path, restval: str) -> list[dict]:
     return rows
 
 
+@register_recipe("coco", caption_groups=True)
 def build(
     raw_dir: Path | None,
     work_dir: Path,
@@ -140,11 +142,7 @@ def build(
         raise ValueError(f"coco annotations={annotations!r} is not one of {ANNOTATION_CHOICES}")
     if restval not in VALID_SPLITS:
         raise ValueError(f"coco restval={restval!r} must be one of {VALID_SPLITS}")
-    if raw_dir is None or not Path(raw_dir).is_dir():
-        raise FileNotFoundError(
-            f"coco needs raw_dir, the folder with annotations/ and the image folders; got {raw_dir}"
-        )
-    raw_dir = Path(raw_dir)
+    raw_dir = require_raw_dir(raw_dir, "coco", "the folder with annotations/ and the image folders")
 
     if karpathy_file is not None:
         karpathy = Path(karpathy_file) if Path(karpathy_file).is_absolute() else raw_dir / karpathy_file

@@ -67,7 +67,8 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 import pyarrow.parquet as pq
 
-from data_recipes.manifest import VALID_SPLITS, RecipeResult, check_manifest_columns
+from data_recipes.manifest import VALID_SPLITS, RecipeResult, check_manifest_columns, require_raw_dir
+from data_recipes.registry import register_recipe
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 METADATA_COLUMNS = ("key", "caption", "url", "status", "error_message")
@@ -238,15 +239,14 @@ def use_folder_splits(folder_splits: dict[str | None, str | None], splits: str) 
     return splits == "folders"
 
 
+@register_recipe("conceptual_captions")
 def build(
     raw_dir: Path | None, work_dir: Path, *, images_dir: str | Path | None = None, splits: str = "auto"
 ) -> RecipeResult:
     """Convert img2dataset output folder(s) of Conceptual Captions into a manifest."""
-    if raw_dir is None or not Path(raw_dir).is_dir():
-        raise FileNotFoundError(
-            f"conceptual_captions needs raw_dir, the img2dataset output folder (or a folder of them); got {raw_dir}"
-        )
-    raw_dir = Path(raw_dir)
+    raw_dir = require_raw_dir(
+        raw_dir, "conceptual_captions", "the img2dataset output folder (or a folder of them)"
+    )
     if images_dir is not None:
         folder = Path(images_dir) if Path(images_dir).is_absolute() else raw_dir / images_dir
         if not folder.is_dir() or not shard_ids(folder):

@@ -43,7 +43,8 @@ from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
-from data_recipes.manifest import RecipeResult, check_manifest_columns
+from data_recipes.manifest import RecipeResult, check_manifest_columns, require_raw_dir
+from data_recipes.registry import register_recipe
 
 TOKEN_CANDIDATES = ("results_20130124.token", "flickr30k/results_20130124.token")
 KARPATHY_CANDIDATES = (
@@ -104,6 +105,7 @@ def _find(raw_dir: Path, given: str | Path | None, candidates: tuple[str, ...], 
     return next((raw_dir / c for c in candidates if (raw_dir / c).is_file()), None)
 
 
+@register_recipe("flickr30k", caption_groups=True)
 def build(
     raw_dir: Path | None,
     work_dir: Path,
@@ -116,9 +118,7 @@ def build(
     """Convert the Flickr30k captions (token file or Karpathy json) into a manifest, one row per caption."""
     if annotations not in ANNOTATION_CHOICES:
         raise ValueError(f"flickr30k annotations={annotations!r} is not one of {ANNOTATION_CHOICES}")
-    if raw_dir is None or not Path(raw_dir).is_dir():
-        raise FileNotFoundError(f"flickr30k needs raw_dir, the folder with flickr30k-images/; got {raw_dir}")
-    raw_dir = Path(raw_dir)
+    raw_dir = require_raw_dir(raw_dir, "flickr30k", "the folder with flickr30k-images/")
     if images_dir is None:
         images_dir = next(
             (c for c in IMAGE_DIR_CANDIDATES if (raw_dir / c).is_dir()), IMAGE_DIR_CANDIDATES[0]

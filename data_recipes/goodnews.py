@@ -46,8 +46,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from data_recipes.manifest import VALID_SPLITS, RecipeResult, check_manifest_columns
+from data_recipes.manifest import VALID_SPLITS, RecipeResult, check_manifest_columns, require_raw_dir
 from data_recipes.politics import first_sentences
+from data_recipes.registry import register_recipe
 
 ANNOTATION_CANDIDATES = (
     "captioning_dataset.json",
@@ -68,6 +69,7 @@ def _resolve(raw_dir: Path, given: str | Path) -> Path:
     return Path(given) if Path(given).is_absolute() else raw_dir / given
 
 
+@register_recipe("goodnews")
 def build(
     raw_dir: Path | None,
     work_dir: Path,
@@ -81,11 +83,7 @@ def build(
     """Convert ``captioning_dataset.json`` (+ optional ``img_splits.json``) into a manifest."""
     if text not in TEXT_CHOICES:
         raise ValueError(f"goodnews text={text!r} is not one of {TEXT_CHOICES}")
-    if raw_dir is None or not Path(raw_dir).is_dir():
-        raise FileNotFoundError(
-            f"goodnews needs raw_dir, the folder with captioning_dataset.json; got {raw_dir}"
-        )
-    raw_dir = Path(raw_dir)
+    raw_dir = require_raw_dir(raw_dir, "goodnews", "the folder with captioning_dataset.json")
     annotation_path = (
         _resolve(raw_dir, annotations) if annotations else _first_existing(raw_dir, ANNOTATION_CANDIDATES)
     )

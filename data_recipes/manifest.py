@@ -76,3 +76,11 @@ def resolve_image_paths(manifest: pd.DataFrame, image_root: Path | None) -> pd.D
     root = Path(image_root)
     out["image_path"] = [p if Path(p).is_absolute() else str(root / p) for p in out["image_path"]]
     return out
+
+
+def require_raw_dir(raw_dir: str | Path | None, recipe: str, holding: str) -> Path:
+    """``raw_dir`` as a Path, or a ``FileNotFoundError`` saying what the folder must hold: every recipe that
+    reads downloaded files starts with this check, so a missing ``--raw-dir`` fails with the same message."""
+    if raw_dir is None or not Path(raw_dir).is_dir():
+        raise FileNotFoundError(f"{recipe} needs raw_dir, {holding}; got {raw_dir}")
+    return Path(raw_dir)

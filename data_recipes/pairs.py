@@ -35,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from data_recipes.manifest import VALID_SPLITS, ManifestError, RecipeResult, check_manifest_columns
+from data_recipes.registry import register_recipe
 
 READERS = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
 DEFAULT_NAMES = tuple(f"pairs{suffix}" for suffix in READERS)
@@ -91,6 +92,7 @@ def _blank_to_none(value: object) -> object:
     return str(value)
 
 
+@register_recipe("pairs")
 def build(
     raw_dir: Path | None,
     work_dir: Path,

@@ -45,7 +45,8 @@ from typing import Any
 
 import pandas as pd
 
-from data_recipes.manifest import RecipeResult, check_manifest_columns
+from data_recipes.manifest import RecipeResult, check_manifest_columns, require_raw_dir
+from data_recipes.registry import register_recipe
 
 IMAGE_TREE = "imgs"
 
@@ -110,11 +111,6 @@ def iter_sentences(text: str | None) -> Iterator[str]:
                 start = match.end()
         if paragraph[start:].strip():
             yield " ".join(paragraph[start:].split())
-
-
-def split_sentences(text: str | None) -> list[str]:
-    """All sentences of ``text`` (see :func:`iter_sentences`)."""
-    return list(iter_sentences(text))
 
 
 def first_sentences(text: str | None, n_sentences: int = 2) -> str:
@@ -182,15 +178,12 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", str(name).lower()).strip("_") or "none"
 
 
+@register_recipe("politics")
 def build(
     raw_dir: Path | None, work_dir: Path, *, metadata: str | Path | None = None, n_sentences: int = 2
 ) -> RecipeResult:
     """Convert the Politics metadata pickle into a manifest (one row per article image)."""
-    if raw_dir is None or not Path(raw_dir).is_dir():
-        raise FileNotFoundError(
-            f"politics needs raw_dir, the unpacked dataset folder (imgs/ + metadata pickle); got {raw_dir}"
-        )
-    raw_dir = Path(raw_dir)
+    raw_dir = require_raw_dir(raw_dir, "politics", "the unpacked dataset folder (imgs/ + metadata pickle)")
     data = load_metadata(find_metadata(raw_dir, metadata))
     if not isinstance(data, dict):
         raise ValueError(f"politics metadata must be a dict {{side: {{issue: [items]}}}}, got {type(data)}")

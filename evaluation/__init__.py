@@ -1,1 +1,3 @@
-"""Evaluation metrics for cross-modal retrieval (pure NumPy functions; see ``evaluation.metrics``)."""
+"""Evaluation of cross-modal retrieval: metrics as pure NumPy functions by subject (``retrieval``,
+``neighbourhoods``, ``calibration``, ``proximity``, ``statistics`` on the shared ``embeddings`` rules), the
+evaluation of one test split (``evaluate``, ``protocol``) and the report (``report``)."""

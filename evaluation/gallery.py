@@ -4,7 +4,7 @@ small PNG thumbnails both show.
 
 Every function takes test-set *positions* (row indices into the test embeddings) and returns positions,
 so the report can look up each item's text and thumbnail. Embeddings may be ``[n, d]`` or, for PVSE,
-``[n, K, d]``; scores and distances follow ``evaluation.metrics`` (max over the K x K embedding pairs).
+``[n, K, d]``; scores and distances follow ``evaluation.embeddings`` (max over the K x K embedding pairs).
 """
 
 from __future__ import annotations
@@ -17,13 +17,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from evaluation.metrics import (
-    cross_modal_scores,
-    nearest_neighbour_mask,
-    proximity_ratios,
-    sample_neighbour_pairs,
-    smallest_ratios_first,
-)
+from evaluation.embeddings import cross_modal_scores
+from evaluation.neighbourhoods import nearest_neighbour_mask
+from evaluation.proximity import proximity_ratios, sample_neighbour_pairs, smallest_ratios_first
 
 
 def doc2vec_neighbour_table(
@@ -65,7 +61,7 @@ def proximity_study(
     nearest test items in Doc2Vec space (Ω); for each modality the ratio d_ours(s1, s2) / d_baseline(s1, s2)
     of Euclidean distances between L2-normalised embeddings is computed for the *same* pairs (image-image
     with the image embeddings, text-text with the text embeddings; for ``[n, K, d]`` embeddings the
-    smallest distance over the K x K pairs, see :func:`evaluation.metrics.proximity_ratios`). Returns the pairs, and per modality the
+    smallest distance over the K x K pairs, see :func:`evaluation.proximity.proximity_ratios`). Returns the pairs, and per modality the
     ratios, their median, the share of pairs kept closer (ratio < 1) and the ``n_show`` pairs with the
     smallest ratios (``smallest``: ``[(position_a, position_b, ratio), ...]``).
     """
@@ -97,7 +93,7 @@ def proximity_study(
 
 def _top_k(query: np.ndarray, gallery: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     scores = cross_modal_scores(query, gallery)
-    # stable sort of negated scores: ties go to the lower gallery index, as in evaluation.metrics
+    # stable sort of negated scores: ties go to the lower gallery index, as in evaluation.neighbourhoods
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return order, np.take_along_axis(scores, order, axis=1)
 

@@ -1,18 +1,19 @@
-"""Neighbour preservation at several k with its chance level, and within-modality topic precision.
+"""Neighbour preservation (Thomas & Kovashka 2020, Sec. 4.3, Table 3) at one k and at several k with its
+chance level, and topic precision across and within modalities (Sec. 4.4).
 
-Why this exists next to :func:`evaluation.metrics.neighbour_preservation`: Table 3 of Thomas & Kovashka
-(ECCV 2020, Sec. 4.3) reports one k, 200, on test splits of 24.6k-46k items, where 200 neighbours are
-0.4-0.8% of the other items. On a smaller test split the same k is a far larger share of it (200 of 400
-items is half of them, and any embedding keeps about half of its neighbours by chance), so a preservation
-number only reads next to its chance level ``k / (n - 1)``, and the k that compares with the paper's is the
-one whose share ``k / (n - 1)`` is closest to theirs (:func:`headline_preservation_k`).
+Why several k and a chance level: Table 3 of the paper reports one k, 200, on test splits of 24.6k-46k
+items, where 200 neighbours are 0.4-0.8% of the other items. On a smaller test split the same k is a far
+larger share of it (200 of 400 items is half of them, and any embedding keeps about half of its neighbours
+by chance), so a preservation number only reads next to its chance level ``k / (n - 1)``, and the k that
+compares with the paper's is the one whose share ``k / (n - 1)`` is closest to theirs
+(:func:`headline_preservation_k`).
 
 Preservation at every k comes from one ranking of each space: a sample's top-k set for k <= K is the first
 k entries of its nearest-first top-K list, so the K-list is computed once per space and every k is read off
 it (:func:`preservation_from_rankings`). Similarity and tie rules are those of
-:func:`evaluation.metrics.nearest_neighbour_mask` (cosine; for ``[n, K, d]`` embeddings the largest cosine
-over the K x K pairs; equal similarities ranked by the lower sample index), so at each k the result equals
-``neighbour_preservation`` exactly.
+:func:`nearest_neighbour_mask` (cosine; for ``[n, K, d]`` embeddings the largest cosine over the K x K
+pairs; equal similarities ranked by the lower sample index), so at each k the result equals
+:func:`neighbour_preservation` exactly.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from evaluation.metrics import (
-    _check_same_rows,
-    _chunk_rows,
-    _l2_normalise,
-    _neighbour_mask_of_unit,
-    _top_k_membership,
+from evaluation.embeddings import (
+    as_unit_embeddings,
+    check_same_rows,
+    check_same_width,
+    chunk_rows,
     cross_modal_scores,
+    l2_normalise,
 )
 
 
@@ -66,6 +67,88 @@ def headline_preservation_k(ks: Iterable[int], n: int, paper_ratio: float) -> in
     return min(candidates, key=lambda k: (abs(k / (n - 1) - paper_ratio), k))
 
 
+# --------------------------------------------------------------------------------------------------
+# Neighbour preservation (Thomas & Kovashka 2020, Sec. 4.3, Table 3)
+# --------------------------------------------------------------------------------------------------
+
+
+def _top_k_membership(similarity: np.ndarray, k: int) -> np.ndarray:
+    """Boolean mask of each row's ``k`` highest entries; among equal values the lower column wins.
+
+    Exact and O(n) per row: everything strictly above the k-th largest value is in, and the remaining
+    places go to the entries equal to it in column order.
+    """
+    n = similarity.shape[1]
+    kth_largest = np.partition(similarity, n - k, axis=1)[:, n - k]
+    above = similarity > kth_largest[:, None]
+    tied = similarity == kth_largest[:, None]
+    places_left = k - above.sum(axis=1)
+    return above | (tied & (np.cumsum(tied, axis=1) <= places_left[:, None]))
+
+
+def nearest_neighbour_mask(embeddings: np.ndarray, k: int, rows: slice | None = None) -> np.ndarray:
+    """``[len(rows), n]`` mask of each sample's ``k`` nearest *other* samples by cosine similarity.
+
+    For ``[n, K, d]`` embeddings the similarity of two samples is the largest cosine over the K x K pairs
+    of their embeddings (the PVSE rule of :func:`cross_modal_scores`, applied within one modality). Ties
+    are broken by the lower sample index. ``rows`` selects the query rows (default: all).
+    """
+    unit = l2_normalise(embeddings, "embeddings")
+    n = unit.shape[0]
+    if not 1 <= k <= n - 1:
+        raise ValueError(f"k must be between 1 and n - 1 = {n - 1} other samples, got {k}")
+    rows = rows if rows is not None else slice(0, n)
+    return _neighbour_mask_of_unit(unit, k, rows)
+
+
+def _neighbour_mask_of_unit(unit: np.ndarray, k: int, rows: slice) -> np.ndarray:
+    similarity = cross_modal_scores(unit[rows], unit)
+    local = np.arange(similarity.shape[0])
+    similarity[local, local + rows.start] = -np.inf  # a sample is not its own neighbour
+    return _top_k_membership(similarity, k)
+
+
+def neighbour_preservation(learned: np.ndarray, reference: np.ndarray, k: int) -> dict:
+    """Share of each sample's reference-space neighbours that stay its neighbours in the learned space.
+
+    Thomas & Kovashka (ECCV 2020), Sec. 4.3 / Table 3: for each sample ``s_i`` of one modality,
+    ``|Psi_M(s_i) ∩ Psi_Omega(s_i)| / |Psi_Omega(s_i)|`` where ``Psi`` is the set of the ``k`` nearest
+    *other* samples by cosine similarity, computed within the given set (the test split) in the learned
+    space M (``learned``) and the reference space Omega (``reference``, e.g. Doc2Vec). For ``[n, K, d]``
+    learned embeddings (PVSE) the within-modality similarity is the largest cosine over the K x K pairs of
+    two samples' embeddings, the rule PVSE retrieves by. Ties are broken by the lower sample index. The paper uses k = 200; ``k`` is capped at ``n - 1`` and both values are
+    reported. Returns ``mean``, ``k_used``, ``k_requested``, ``per_sample`` (float array ``[n]``).
+    """
+    learned_unit = l2_normalise(learned, "learned")
+    reference_unit = l2_normalise(reference, "reference")
+    check_same_rows(learned_unit, reference_unit, "learned", "reference")
+    n = learned_unit.shape[0]
+    if n < 2:
+        raise ValueError(
+            "neighbour_preservation needs at least 2 samples (a sample is not its own neighbour)"
+        )
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive integer number of neighbours, got {k!r}")
+    k_used = int(min(k, n - 1))
+
+    per_sample = np.empty(n, dtype=np.float64)
+    for rows in chunk_rows(n, 2 * n):
+        in_learned = _neighbour_mask_of_unit(learned_unit, k_used, rows)
+        in_reference = _neighbour_mask_of_unit(reference_unit, k_used, rows)
+        per_sample[rows] = (in_learned & in_reference).sum(axis=1) / k_used
+    return {
+        "mean": float(per_sample.mean()),
+        "k_used": k_used,
+        "k_requested": int(k),
+        "per_sample": per_sample,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Several k from one nearest-first ranking per space
+# --------------------------------------------------------------------------------------------------
+
+
 def nearest_neighbour_ranking(embeddings: np.ndarray, k: int) -> np.ndarray:
     """``[n, k]`` int64: each sample's ``k`` nearest *other* samples, nearest first.
 
@@ -73,7 +156,7 @@ def nearest_neighbour_ranking(embeddings: np.ndarray, k: int) -> np.ndarray:
     similarities by the lower sample index, so the first j columns are exactly
     ``nearest_neighbour_mask(embeddings, j)`` for every j <= k.
     """
-    unit = _l2_normalise(embeddings, "embeddings")
+    unit = l2_normalise(embeddings, "embeddings")
     return _ranking_of_unit(unit, _check_k(k, unit.shape[0]))
 
 
@@ -83,7 +166,7 @@ def _ranking_of_unit(unit: np.ndarray, k: int) -> np.ndarray:
     n = unit.shape[0]
     ranking = np.empty((n, k), dtype=np.int64)
     # the same row chunks as neighbour_preservation, so both see bit-identical similarities
-    for rows in _chunk_rows(n, 2 * n):
+    for rows in chunk_rows(n, 2 * n):
         similarity = cross_modal_scores(unit[rows], unit)
         local = np.arange(similarity.shape[0])
         similarity[local, local + rows.start] = -np.inf  # a sample is not its own neighbour
@@ -119,7 +202,7 @@ def preservation_from_rankings(
     ranks = np.concatenate([np.arange(top), np.arange(top)])
     n = learned.shape[0]
     result = {k: np.empty(n, dtype=np.float64) for k in ks}
-    for rows in _chunk_rows(n, 8 * top):
+    for rows in chunk_rows(n, 8 * top):
         ids = np.concatenate([learned[rows], reference[rows]], axis=1)
         order = np.argsort(ids, axis=1, kind="stable")
         sorted_ids = np.take_along_axis(ids, order, axis=1)
@@ -146,7 +229,7 @@ def neighbour_preservation_at_ks(
     :func:`nearest_neighbour_ranking` of ``reference`` at least ``max(ks)`` wide; ``reference`` may then be
     ``None``) lets the image and text modalities share one ranking of the reference space.
     """
-    learned_unit = _l2_normalise(learned, "learned")
+    learned_unit = l2_normalise(learned, "learned")
     n = learned_unit.shape[0]
     if n < 2:
         raise ValueError(
@@ -159,8 +242,8 @@ def neighbour_preservation_at_ks(
     if reference_ranking is None:
         if reference is None:
             raise ValueError("pass the reference embeddings or their reference_ranking")
-        reference_unit = _l2_normalise(reference, "reference")
-        _check_same_rows(learned_unit, reference_unit, "learned", "reference")
+        reference_unit = l2_normalise(reference, "reference")
+        check_same_rows(learned_unit, reference_unit, "learned", "reference")
         reference_ranking = _ranking_of_unit(reference_unit, top)
     elif reference_ranking.shape[0] != n or reference_ranking.shape[1] < top:
         raise ValueError(
@@ -176,16 +259,56 @@ def neighbour_preservation_at_ks(
     return result
 
 
+# --------------------------------------------------------------------------------------------------
+# Topic precision across and within modalities (Thomas & Kovashka 2020, Sec. 4.4)
+# --------------------------------------------------------------------------------------------------
+
+
+def topic_precision_at_k(
+    query: np.ndarray,
+    gallery: np.ndarray,
+    query_topics: Sequence | np.ndarray,
+    gallery_topics: Sequence | np.ndarray,
+    k: int,
+) -> float:
+    """Mean over queries of the share of its top-``k`` gallery items (by :func:`cross_modal_scores`) with its topic.
+
+    For cross-modal use pass images as queries and texts as gallery, or the reverse. Ties for the last
+    places in the top k are broken by the lower gallery index.
+    """
+    query = as_unit_embeddings(query, "query")
+    gallery = as_unit_embeddings(gallery, "gallery")
+    check_same_width(query, gallery)
+    query_topics = np.asarray(query_topics)
+    gallery_topics = np.asarray(gallery_topics)
+    if query_topics.shape != (query.shape[0],) or gallery_topics.shape != (gallery.shape[0],):
+        raise ValueError(
+            f"need one topic per query ({query.shape[0]}) and per gallery item ({gallery.shape[0]}), got "
+            f"shapes {query_topics.shape} and {gallery_topics.shape}"
+        )
+    if not isinstance(k, (int, np.integer)) or not 1 <= k <= gallery.shape[0]:
+        raise ValueError(f"k must be between 1 and the gallery size {gallery.shape[0]}, got {k!r}")
+    _, codes = np.unique(np.concatenate([query_topics, gallery_topics]), return_inverse=True)
+    query_codes, gallery_codes = codes[: query.shape[0]], codes[query.shape[0] :]
+
+    same_topic_share = np.empty(query.shape[0], dtype=np.float64)
+    for rows in chunk_rows(query.shape[0], gallery.shape[0]):
+        top_k = _top_k_membership(cross_modal_scores(query[rows], gallery), int(k))
+        same_topic = query_codes[rows, None] == gallery_codes[None, :]
+        same_topic_share[rows] = (top_k & same_topic).sum(axis=1) / k
+    return float(same_topic_share.mean())
+
+
 def within_modality_topic_precision(embeddings: np.ndarray, topics: Sequence | np.ndarray, k: int) -> float:
     """Mean over samples of the share of its ``k`` nearest *other* same-modality samples with its topic.
 
-    The within-modality counterpart of :func:`evaluation.metrics.topic_precision_at_k` (image→image,
+    The within-modality counterpart of :func:`topic_precision_at_k` (image→image,
     text→text): the within-modality losses are meant to keep semantically related items together inside
     each modality, which cross-modal precision does not see. Neighbours follow
-    :func:`evaluation.metrics.nearest_neighbour_mask` (cosine, ties by the lower index; the query is never
+    :func:`nearest_neighbour_mask` (cosine, ties by the lower index; the query is never
     its own neighbour).
     """
-    unit = _l2_normalise(embeddings, "embeddings")
+    unit = l2_normalise(embeddings, "embeddings")
     n = unit.shape[0]
     k = _check_k(k, n)
     labels = np.asarray(topics)
@@ -193,7 +316,7 @@ def within_modality_topic_precision(embeddings: np.ndarray, topics: Sequence | n
         raise ValueError(f"need one topic per sample ({n}), got shape {labels.shape}")
     codes = np.unique(labels, return_inverse=True)[1].reshape(n)
     share = np.empty(n, dtype=np.float64)
-    for rows in _chunk_rows(n, 2 * n):
+    for rows in chunk_rows(n, 2 * n):
         neighbours = _neighbour_mask_of_unit(unit, k, rows)
         share[rows] = (neighbours & (codes[rows, None] == codes[None, :])).sum(axis=1) / k
     return float(share.mean())

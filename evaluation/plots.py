@@ -35,7 +35,7 @@ def plot_pr_curves(curves: Mapping[str, Mapping[str, np.ndarray | float]], path:
     """One precision-recall curve per method on shared axes (Veit & Wilber Sec. 4.3, Fig. 4 left).
 
     ``curves`` maps a method label to ``{"recall": [...], "precision": [...], "pr_auc": float}`` as
-    :func:`evaluation.metrics.precision_recall` returns them; the legend carries each PR-AUC.
+    :func:`evaluation.calibration.precision_recall` returns them; the legend carries each PR-AUC.
     """
     if not curves:
         raise ValueError("plot_pr_curves needs at least one method's curve")
@@ -71,7 +71,7 @@ def plot_score_distributions(
 ) -> Path:
     """Per method, one line per sampled query: gallery items per similarity bin (Veit & Wilber Fig. 4 right).
 
-    ``distributions`` maps a method label to :func:`evaluation.metrics.score_distribution` output
+    ``distributions`` maps a method label to :func:`evaluation.calibration.score_distribution` output
     (``bin_centres``, ``counts`` ``[n_queries, n_bins]``, ``p5``, ``p95``). Query lines are blue and
     translucent; the 5th / 95th percentiles over queries are orange. Panels share both axes.
     """
@@ -115,10 +115,13 @@ def plot_score_distributions(
     return _save(figure, path)
 
 
-def plot_proximity_ratios(ratios: Mapping[str, np.ndarray], path: Path, bins: int = 40) -> Path:
+def plot_proximity_ratios(
+    ratios: Mapping[str, np.ndarray], path: Path, bins: int = 40, method_label: str = "Ours"
+) -> Path:
     """Histogram of log2(d_ours / d_baseline) per modality over the sampled Doc2Vec-neighbour pairs (Fig. 5).
 
-    Left of the dashed zero line our model keeps the pair closer than the baseline does.
+    Left of the dashed zero line our model keeps the pair closer than the baseline does. ``method_label``
+    names the compared method on the axis (the report passes the label of the variant it compares).
     """
     finite = {name: np.log2(r[np.isfinite(r) & (r > 0)]) for name, r in ratios.items()}
     finite = {name: values for name, values in finite.items() if values.size}
@@ -132,7 +135,7 @@ def plot_proximity_ratios(ratios: Mapping[str, np.ndarray], path: Path, bins: in
             values, bins=edges, histtype="step", linewidth=1.5, label=f"{name}–{name} ({values.size} pairs)"
         )
     axes.axvline(0.0, color="black", linestyle="--", linewidth=1)
-    axes.set_xlabel("log2( distance under Ours / distance under the baseline )")
+    axes.set_xlabel(f"log2( distance under {method_label} / distance under the baseline )")
     axes.set_ylabel("neighbour pairs")
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small")

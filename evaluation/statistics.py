@@ -1,19 +1,22 @@
-"""Paired bootstrap over test items *and* training seeds, with the run's minimum detectable difference.
+"""Summaries and significance: mean ± sd over seeds, the paired bootstrap over test queries, the paired
+bootstrap over test items *and* training seeds with the run's minimum detectable difference, and the
+per-batch COCOS summary.
 
-Why not :func:`evaluation.metrics.paired_bootstrap` alone: it resamples test queries of per-query outcomes
-already averaged over seeds, so the interval is blind to how much a method moves from one training seed to
-the next, and two methods whose difference flips sign between seeds look settled. The headline comparison
-of the report (Ours against Ang+NP+Sym) resamples both sources of noise, and states the smallest difference
-the run could have detected, so a null result reads as "too small for this run" rather than "no effect".
+Why :func:`paired_bootstrap_items_and_seeds` next to :func:`paired_bootstrap`: the latter resamples test
+queries of per-query outcomes already averaged over seeds, so its interval is blind to how much a method
+moves from one training seed to the next, and two methods whose difference flips sign between seeds look
+settled. The headline comparison of the report (the method against its baseline) resamples both sources of
+noise, and states the smallest difference the run could have detected, so a null result reads as "too
+small for this run" rather than "no effect".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from evaluation.metrics import _check_seed, _chunk_rows
+from evaluation.embeddings import check_seed, chunk_rows
 
 #: z_{1 - alpha/2} + z_{power} = 1.96 + 0.84: a true difference of 2.8 standard errors is found by a
 #: two-sided test at alpha = 0.05 with 80% power (normal approximation)
@@ -66,7 +69,7 @@ def paired_bootstrap_items_and_seeds(
     Returns ``difference`` (observed), ``method_mean`` / ``baseline_mean``, ``ci_low`` / ``ci_high`` (95%
     percentile interval), ``se`` (standard deviation of the replicates), ``mde`` (``MDE_FACTOR * se``: the
     difference this design would detect with 80% power at two-sided alpha = 0.05), ``p_value`` (two-sided,
-    the replicates shifted to the null as in :func:`evaluation.metrics.paired_bootstrap`), ``n_items``,
+    the replicates shifted to the null as in :func:`paired_bootstrap`), ``n_items``,
     ``method_seeds``, ``baseline_seeds``, ``paired_seeds`` and ``n_resamples``.
     """
     method_runs = _outcome_table(method, "method")
@@ -79,7 +82,7 @@ def paired_bootstrap_items_and_seeds(
         )
     if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 2:
         raise ValueError(f"n_resamples must be an integer >= 2, got {n_resamples!r}")
-    _check_seed(seed)
+    check_seed(seed)
     n_items = sizes.pop()
     paired = sorted(set(method_runs) & set(baseline_runs))
     method_only = sorted(set(method_runs) - set(paired))
@@ -108,7 +111,7 @@ def paired_bootstrap_items_and_seeds(
     )
 
     replicates = np.empty(n_resamples, dtype=np.float64)
-    for block in _chunk_rows(n_resamples, 2 * n_items):
+    for block in chunk_rows(n_resamples, 2 * n_items):
         size = block.stop - block.start
         picks = rng.integers(0, n_items, size=(size, n_items))
         offsets = np.arange(size)[:, None] * n_items
@@ -140,3 +143,91 @@ def paired_bootstrap_items_and_seeds(
         "paired_seeds": paired,
         "n_resamples": int(n_resamples),
     }
+
+
+def mean_std(values: Sequence[float] | np.ndarray) -> dict:
+    """Mean and sample standard deviation (ddof=1) of a metric across seeds / redraws.
+
+    A single value has no spread to estimate; its ``std`` is reported as 0.0 (``n`` says it was one).
+    """
+    array = np.asarray(values, dtype=np.float64).reshape(-1)
+    if array.size == 0:
+        raise ValueError("mean_std needs at least one value")
+    std = float(np.std(array, ddof=1)) if array.size > 1 else 0.0
+    return {"mean": float(np.mean(array)), "std": std, "n": int(array.size)}
+
+
+def paired_bootstrap(hits_a: np.ndarray, hits_b: np.ndarray, n_resamples: int = 10000, seed: int = 0) -> dict:
+    """Paired bootstrap over queries for the difference of two methods' mean per-query outcome.
+
+    ``hits_a[q]`` and ``hits_b[q]`` are the outcomes (0/1 hits or any score) of methods A and B on the
+    same query q. Queries are resampled with replacement ``n_resamples`` times, keeping pairs together.
+    Returns ``mean_difference`` (A - B), ``ci_low`` / ``ci_high`` (95% percentile interval),
+    ``p_value`` (two-sided, from the bootstrap distribution shifted to the null of no difference:
+    (1 + #{|d* - d| >= |d|}) / (1 + n_resamples)), ``n_queries`` and ``n_resamples``.
+    """
+    a = np.asarray(hits_a, dtype=np.float64)
+    b = np.asarray(hits_b, dtype=np.float64)
+    if a.ndim != 1 or a.shape != b.shape or a.size == 0:
+        raise ValueError(
+            f"hits_a and hits_b must be 1-D with one outcome per query, same length; got {a.shape} and "
+            f"{b.shape} (for n-way hits [redraws, n_queries], average over axis 0 first)"
+        )
+    if not np.all(np.isfinite(a)) or not np.all(np.isfinite(b)):
+        raise ValueError("hits contain NaN or inf")
+    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    check_seed(seed)
+    difference = a - b
+    observed = float(difference.mean())
+    rng = np.random.default_rng(int(seed))
+    resampled = np.empty(n_resamples, dtype=np.float64)
+    for block in chunk_rows(n_resamples, difference.size):
+        picks = rng.integers(0, difference.size, size=(block.stop - block.start, difference.size))
+        resampled[block] = difference[picks].mean(axis=1)
+    # a tolerance keeps floating-point noise in resampled means from deciding exact ties
+    extreme = np.abs(resampled - observed) >= abs(observed) - 1e-12
+    return {
+        "mean_difference": observed,
+        "ci_low": float(np.percentile(resampled, 2.5)),
+        "ci_high": float(np.percentile(resampled, 97.5)),
+        "p_value": float((1 + extreme.sum()) / (1 + n_resamples)),
+        "n_queries": int(difference.size),
+        "n_resamples": int(n_resamples),
+    }
+
+
+def cocos_summary(diagnostics: Sequence[Mapping[str, np.ndarray]]) -> dict:
+    """Summarise per-batch COCOS diagnostics (Bleeker & de Rijke 2022, Sec. 4-5, Tables 2-4).
+
+    ``diagnostics`` holds one dict per batch for one loss, mapping a name (e.g.
+    ``"contributing_negatives"``: per-query counts C^q; ``"no_gradient"``: per-query 0/1) to a per-query
+    array (tensors on CPU work too). For every key, each batch gives its per-query mean (for a 0/1 key,
+    the share of queries) and its sum (C^B, or C^0 for ``no_gradient``); the result reports, per key,
+    the mean and sample std of both over batches (``per_query_mean`` / ``per_query_std``,
+    ``per_batch_sum_mean`` / ``per_batch_sum_std``) and ``n_batches``.
+    """
+    if len(diagnostics) == 0:
+        raise ValueError("cocos_summary needs at least one batch of diagnostics")
+    keys = set(diagnostics[0])
+    for index, batch in enumerate(diagnostics):
+        if set(batch) != keys:
+            raise ValueError(
+                f"batch {index} has keys {sorted(batch)} but batch 0 has {sorted(keys)}; every batch of one "
+                f"loss must report the same diagnostics"
+            )
+    summary: dict = {}
+    for key in sorted(keys):
+        values = [np.asarray(batch[key], dtype=np.float64).reshape(-1) for batch in diagnostics]
+        if any(v.size == 0 for v in values):
+            raise ValueError(f"diagnostic {key!r} is empty in some batch")
+        batch_means = mean_std([v.mean() for v in values])
+        batch_sums = mean_std([v.sum() for v in values])
+        summary[key] = {
+            "per_query_mean": batch_means["mean"],
+            "per_query_std": batch_means["std"],
+            "per_batch_sum_mean": batch_sums["mean"],
+            "per_batch_sum_std": batch_sums["std"],
+            "n_batches": len(values),
+        }
+    return summary

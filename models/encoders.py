@@ -1,5 +1,6 @@
-"""Two-stream encoders of Thomas & Kovashka §3.3: an image trunk (models/backbones.py) for images and a GRU for text,
-each followed by a linear projection to the joint space and L2 normalisation.
+"""The layers the models share (Thomas & Kovashka §3.3): an image tower over a trunk of models/backbones.py (or
+its cached features) and a GRU text tower, each followed by a linear projection to the joint space and L2
+normalisation; the models that combine them are in models/vse.py and models/pvse.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from models.backbones import build_trunk
+from models.settings import TrainSettings
 
 TRUNK_MODES = ("finetune", "frozen")
 
@@ -30,6 +32,23 @@ class EncoderConfig:
     trunk: str = "finetune"
     #: width of the cached trunk features (frozen mode; finetune reads it from the trunk)
     feature_dim: int | None = None
+
+    @classmethod
+    def from_settings(
+        cls, settings: TrainSettings, word_vectors: np.ndarray, feature_dim: int | None = None
+    ) -> EncoderConfig:
+        """Sizes from the training settings; vocabulary and word dimension from the word vectors."""
+        vocab_size, word_dim = word_vectors.shape
+        return cls(
+            backbone=settings.backbone,
+            pretrained=settings.pretrained,
+            embed_dim=settings.embed_dim,
+            word_dim=word_dim,
+            gru_hidden=settings.gru_hidden,
+            vocab_size=vocab_size,
+            trunk=settings.trunk,
+            feature_dim=feature_dim,
+        )
 
 
 def xavier_linear(in_features: int, out_features: int) -> nn.Linear:
@@ -162,56 +181,3 @@ class TextEncoder(nn.Module):
 
     def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
         return F.normalize(self.project(self.final_state(tokens, lengths)), dim=-1)
-
-
-class VSEModel(nn.Module):
-    """The paper's two-stream model; returns the embeddings the losses take by keyword."""
-
-    #: trains on the trunk's pooled vector (a frozen trunk caches that, not the map)
-    needs_spatial_features = False
-
-    def __init__(self, config: EncoderConfig, word_vectors: np.ndarray | None = None) -> None:
-        super().__init__()
-        self.config = config
-        self.image_encoder = ImageEncoder(
-            config.backbone, config.pretrained, config.embed_dim, config.trunk, config.feature_dim
-        )
-        self.text_encoder = TextEncoder(
-            config.vocab_size, config.word_dim, config.gru_hidden, config.embed_dim, word_vectors
-        )
-
-    def encode_image(self, images: Tensor) -> Tensor:
-        return self.image_encoder(images)
-
-    def encode_text(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        return self.text_encoder(tokens, lengths)
-
-    def forward(self, images: Tensor, tokens: Tensor, lengths: Tensor) -> dict[str, Tensor]:
-        return {"image": self.encode_image(images), "text": self.encode_text(tokens, lengths)}
-
-
-MODELS: dict[str, type[nn.Module]] = {"vse": VSEModel}
-
-
-def register_model(name: str):
-    """Class decorator: make a model selectable by name (``Variant.model``)."""
-
-    def decorate(cls: type[nn.Module]) -> type[nn.Module]:
-        MODELS[name] = cls
-        return cls
-
-    return decorate
-
-
-def model_class(name: str) -> type[nn.Module]:
-    if name == "pvse" and name not in MODELS:
-        import models.pvse  # noqa: F401 - registers itself
-    if name not in MODELS:
-        raise KeyError(f"unknown model {name!r}; available: {sorted(MODELS)}")
-    return MODELS[name]
-
-
-def build_model(
-    name: str, config: EncoderConfig, word_vectors: np.ndarray | None = None, **options
-) -> nn.Module:
-    return model_class(name)(config, word_vectors, **options)

@@ -22,14 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from models.encoders import (
-    EncoderConfig,
-    ImageEncoder,
-    register_model,
-    word_embedding,
-    xavier_gru,
-    xavier_linear,
-)
+from models.encoders import EncoderConfig, ImageEncoder, word_embedding, xavier_gru, xavier_linear
+from models.registry import register_model
 
 PieOutput = tuple[Tensor, Tensor, Tensor]  # (embeddings [B, K, D], residuals [B, K, D], attention [B, K, N])
 

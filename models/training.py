@@ -12,7 +12,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,9 +22,7 @@ from models.batching import Batch, BatchSampler
 from models.encoders import resize_batch
 from models.files import atomic_path
 from models.losses import Loss
-
-if TYPE_CHECKING:  # the pipeline's profile dataclass; models never import the pipeline at run time
-    from pipeline.profiles import TrainSettings
+from models.settings import TrainSettings
 
 LAST_CHECKPOINT = "checkpoint_last.pt"
 BEST_CHECKPOINT = "model_best.pt"
@@ -102,6 +99,18 @@ def cross_modal_group_ids(group_ids: np.ndarray, batch: Batch) -> np.ndarray:
         if keep != drop:
             merged[merged == drop] = keep
     return merged
+
+
+def batch_loss_inputs(
+    outputs: dict[str, Tensor], batch: Batch, group_ids: Tensor, mask_neighbor_pairs: bool
+) -> dict[str, Tensor]:
+    """The loss keywords of one training batch: ``group_ids`` (of every pair) taken at the batch's rows, an
+    in-batch anchor and its neighbour merged into one group when ``mask_neighbor_pairs``."""
+    batch_groups = group_ids[batch.rows].numpy()
+    if mask_neighbor_pairs:
+        batch_groups = cross_modal_group_ids(batch_groups, batch)
+    device = next(iter(outputs.values())).device
+    return loss_inputs(outputs, batch, torch.from_numpy(batch_groups).to(device))
 
 
 def compute_losses(losses: Sequence[Loss], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -198,10 +207,7 @@ class Trainer:
     def train_step(self, batch: Batch) -> dict[str, float]:
         self.model.train()
         outputs = self._encode(batch.rows, train=True)
-        group_ids = self.group_ids[batch.rows].numpy()
-        if self.mask_neighbor_pairs:
-            group_ids = cross_modal_group_ids(group_ids, batch)
-        inputs = loss_inputs(outputs, batch, torch.from_numpy(group_ids).to(self.device))
+        inputs = batch_loss_inputs(outputs, batch, self.group_ids, self.mask_neighbor_pairs)
         parts = compute_losses(self.losses, inputs)
         total = torch.stack(list(parts.values())).sum()
         if not torch.isfinite(total):

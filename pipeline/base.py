@@ -9,11 +9,11 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import luigi
 
-from pipeline.io import atomic_directory, library_versions, read_json, write_json
+from pipeline.io import atomic_directory, library_versions, read_json, read_output, write_json
 from pipeline.profiles import Profile, get_profile
 
 META_FILE = "_meta.json"
@@ -48,6 +48,9 @@ class HashedTask(luigi.Task):
 
     #: keep a killed run's partial output (checkpoints) and resume from it
     resumable = False
+    #: the files this task writes, by name: other tasks read them only through :meth:`load` (or
+    #: :meth:`output_path`) of a task they require, never by a file name of their own
+    outputs: ClassVar[dict[str, str]] = {}
 
     @property
     def settings(self) -> Profile:
@@ -77,8 +80,29 @@ class HashedTask(luigi.Task):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(str(self.output_dir() / META_FILE))
 
-    def input_dir(self, task: HashedTask) -> Path:
-        return task.output_dir()
+    def output_path(self, name: str) -> Path:
+        """Where declared output ``name`` is (or will be, inside ``produce``'s work dir: see :meth:`work_path`)."""
+        return self.output_dir() / self._file_of(name)
+
+    def work_path(self, work_dir: Path, name: str) -> Path:
+        """Where ``produce`` writes declared output ``name``."""
+        return Path(work_dir) / self._file_of(name)
+
+    def load(self, name: str, *, missing_ok: bool = False, **options: Any) -> Any:
+        """Declared output ``name``, read by its kind (``.npy`` -> array, ``options`` such as ``mmap_mode``
+        passed to ``np.load``; ``.json``; ``.parquet`` / ``.csv`` -> DataFrame). With ``missing_ok``, an
+        optional output the task did not write (e.g. a recipe without ground truth) gives None."""
+        path = self.output_path(name)
+        if missing_ok and not path.exists():
+            return None
+        return read_output(path, **options)
+
+    def _file_of(self, name: str) -> str:
+        if name not in self.outputs:
+            raise KeyError(
+                f"{self.get_task_family()} declares no output {name!r}; it declares {sorted(self.outputs)}"
+            )
+        return self.outputs[name]
 
     def produce(self, work_dir: Path) -> dict[str, Any]:  # pragma: no cover - interface
         """Write this task's files into ``work_dir``; return a small JSON-able summary."""

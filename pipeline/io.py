@@ -69,6 +69,21 @@ def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
+def read_output(path: Path, **options: Any) -> Any:
+    """A task's output file, read by its suffix (``options`` go to ``np.load`` for ``.npy``)."""
+    path = Path(path)
+    readers = {
+        ".npy": lambda: np.load(path, **options),
+        ".npz": lambda: dict(np.load(path)),
+        ".json": lambda: read_json(path),
+        ".parquet": lambda: pd.read_parquet(path),
+        ".csv": lambda: pd.read_csv(path, dtype=str, keep_default_na=False),
+    }
+    if path.suffix not in readers:
+        raise ValueError(f"no reader for {path.name}; open it with the library that wrote it")
+    return readers[path.suffix]()
+
+
 def save_array(path: Path, array: np.ndarray) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as handle:

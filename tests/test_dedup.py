@@ -7,17 +7,31 @@ import pandas as pd
 import pytest
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 
+from pipeline.profiles import Profile
 from pipeline.steps import dedup
 from pipeline.steps.dedup import (
     DedupIndex,
     dedup_precision_recall,
     deduplicate,
-    find_duplicate_clusters,
     minhash_signatures,
     text_shingles,
 )
 
 VOCAB = [f"w{i}" for i in range(400)]
+
+
+def find_duplicate_clusters(
+    pair_ids: list[str],
+    signatures: np.ndarray,
+    threshold: float,
+    num_perm: int,
+    *,
+    seed: int = 1,
+    lsh_threshold: float | None = None,
+) -> list[list[str]]:
+    """All clusters of a one-shot index: the reference the incremental index is compared with (moved here
+    from pipeline.steps.dedup, which only tests used)."""
+    return DedupIndex(threshold, num_perm, seed, lsh_threshold).add_and_find(list(pair_ids), signatures)
 
 
 def random_texts(n: int, seed: int, words: int = 12) -> list[str]:
@@ -122,17 +136,17 @@ def test_planted_clusters_are_found_and_scored():
 def test_clusters_and_kept_set_do_not_depend_on_input_order():
     ids, texts, _ = corpus_with_planted_duplicates(seed=4)
     manifest = pd.DataFrame({"pair_id": ids, "text": texts})
-    first = deduplicate(manifest)
+    first = deduplicate(manifest, threshold=0.6)
     for seed in range(3):
         shuffled = manifest.sample(frac=1.0, random_state=seed).reset_index(drop=True)
-        again = deduplicate(shuffled)
+        again = deduplicate(shuffled, threshold=0.6)
         assert again.clusters == first.clusters
         assert set(again.kept["pair_id"]) == set(first.kept["pair_id"])
 
 
 def test_texts_without_shingles_are_never_duplicates():
     manifest = pd.DataFrame({"pair_id": ["a", "b", "c"], "text": ["!!!", "...", "two words"]})
-    result = deduplicate(manifest)
+    result = deduplicate(manifest, threshold=0.6)
     assert result.clusters == [] and len(result.kept) == 3
     assert result.report["n_without_shingles"] == 2
 
@@ -169,3 +183,10 @@ def test_incremental_index_finds_what_a_full_run_finds(tmp_path):
     assert touched == [c for c in full if new_ids & set(c)]
     with pytest.raises(ValueError, match="already in the index"):
         reloaded.add_and_find([ids[0]], signatures[:1])
+
+
+def test_deduplicate_defaults_are_the_profiles_settings():
+    profile = Profile(name="defaults")
+    assert dedup.DEFAULT_THRESHOLD == profile.dedup_threshold
+    assert dedup.DEFAULT_NUM_PERM == profile.dedup_num_perm
+    assert dedup.DEFAULT_SHINGLE_SIZE == profile.dedup_shingle_size

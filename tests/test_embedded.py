@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from PIL import Image, ImageDraw
 
+from benchmarks.embedded_guessability import topic_guessability
 from data_recipes import build_recipe
 from data_recipes.embedded import (
     BOILERPLATE_TEXTS,
@@ -32,7 +33,6 @@ from data_recipes.embedded import (
     word_shingles,
     words,
 )
-from data_recipes.embedded_guessability import topic_guessability
 from data_recipes.manifest import check_manifest_columns
 
 N_PAIRS = 480

@@ -16,7 +16,7 @@ from PIL import Image
 from pipeline import Deduplicate, FullRun, PrepareDataset, PrepareShard, Split, Train
 from pipeline.steps.dedup import DedupIndex, deduplicate, deduplicate_into
 from pipeline.steps.image_cache import ShardedImageCache
-from pipeline.tasks.data import load_prepared_images, read_manifest, stack_shards
+from pipeline.tasks.data import stack_shards
 from tests.luigi_runs import build
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def runs(tmp_path_factory):
     before = {
         "a_meta": shard_a_task.meta(),
         "a_cache_stat": (a_cache.stat().st_ino, a_cache.stat().st_mtime_ns),
-        "split": read_manifest(first.clone(Split).output_dir()).set_index("pair_id")["split"],
+        "split": first.clone(Split).manifest().set_index("pair_id")["split"],
     }
     second = FullRun(raw_dir=str(root / "raw_a"), shards=[str(root / "raw_b")], **common)
     result, ran = build([second])
@@ -134,7 +134,7 @@ def test_rejects_of_every_shard_are_counted_with_the_cross_shard_id_clash(runs):
         ("a-07", "duplicate_pair_id"),
         ("b-html", "not_an_image"),
     ]
-    manifest = read_manifest(prepared.output_dir())
+    manifest = prepared.manifest()
     # the first a-07 (shard A's) is the one kept, with A's text
     assert (manifest.pair_id == "a-07").sum() == 1
     assert manifest.set_index("pair_id").loc["a-07", "text"] == runs["a_text_07"]
@@ -146,20 +146,20 @@ def test_new_pairs_are_deduplicated_against_the_persisted_index_only(runs):
     # only B's 62 new texts were hashed; A's 120 came from the previous run's index
     assert report["n_indexed_before"] == 120 and report["n_signatures_computed"] == 62
     assert report["n_removed_as_duplicates_of_earlier_shards"] == 1
-    kept = set(read_manifest(dedup.output_dir()).pair_id)
+    kept = set(dedup.manifest().pair_id)
     assert "b-dup-of-a03" not in kept and "a-03" in kept
     assert "b-05x" not in kept and "b-05" in kept
     assert len(kept) == 180
     # the same kept set as deduplicating everything at once
-    stacked = read_manifest(runs["second"].clone(PrepareDataset).output_dir())
+    stacked = runs["second"].clone(PrepareDataset).manifest()
     assert set(deduplicate(stacked, threshold=0.7).kept.pair_id) == kept
 
 
 def test_earlier_pairs_keep_their_split_and_their_own_image(runs):
-    after = read_manifest(runs["second"].clone(Split).output_dir()).set_index("pair_id")
+    after = runs["second"].clone(Split).manifest().set_index("pair_id")
     before = runs["before"]["split"]
     assert after.loc[before.index, "split"].tolist() == before.tolist()
-    images = load_prepared_images(runs["second"].clone(PrepareDataset).output_dir())
+    images = runs["second"].clone(PrepareDataset).images()
     for pair_id, folder, name in (("a-12", "raw_a", "12.png"), ("b-12", "raw_b", "12.png")):
         original = np.asarray(Image.open(runs["root"] / folder / name).convert("RGB"), dtype=float)
         cached = images[int(after.loc[pair_id, "cache_row"])].astype(float)

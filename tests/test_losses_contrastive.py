@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from models.losses import LOSSES, LossPreconditionError, build_loss
-from models.losses.sampled_softmax import kept_negative_count
+from models.losses.softmax_terms import kept_negative_count
 
 Matrix = list[list[float]]
 

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from models.losses import LossPreconditionError, build_loss
-from models.losses.angular import COCOS_EPS, angular_npair_logits
+from models.losses.checks import COCOS_EPS
+from models.losses.pair_terms import angular_npair_logits
 
 ATOL = 1e-6
 
@@ -526,3 +527,80 @@ def test_bad_inputs_raise_a_helpful_precondition_error(name, params, change, mes
 def test_bad_parameters_are_refused_at_construction(name, params):
     with pytest.raises(LossPreconditionError, match="choose one of|outside|at least one"):
         build_loss(name, **params)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Package structure: losses share code only through base and the helper modules
+# ---------------------------------------------------------------------------------------------------------
+
+
+def package_imports(module: str) -> set[str]:
+    """The ``models.losses`` modules that ``module`` imports, read from its source."""
+    import ast
+    import importlib
+
+    source = importlib.import_module(f"models.losses.{module}").__file__
+    tree = ast.parse(open(source, encoding="utf-8").read())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("models.losses."):
+            found.add(node.module.removeprefix("models.losses."))
+    return found
+
+
+HELPERS = ("base", "checks", "pair_terms", "softmax_terms")
+#: what each helper module may import of the package: checks builds on base only, the term modules on both
+HELPER_IMPORTS = {
+    "base": set(),
+    "checks": {"base"},
+    "pair_terms": {"base", "checks"},
+    "softmax_terms": {"base", "checks"},
+}
+
+
+def test_every_loss_imports_only_base_and_the_helper_modules():
+    """A loss never imports another loss, so adding or changing one touches one file; the helpers form a
+    two-level stack (``checks`` on ``base``, the term modules on ``checks`` and ``base``) without cycles."""
+    import pkgutil
+
+    import models.losses
+    from models.losses.base import LOSSES
+
+    for helper, allowed in HELPER_IMPORTS.items():
+        assert package_imports(helper) == allowed, helper
+    loss_modules = {cls.__module__.removeprefix("models.losses.") for cls in LOSSES.values()}
+    for module in loss_modules:
+        assert package_imports(module) <= set(HELPERS), module
+    # every module of the package is a helper skipped by the auto-import or a registered loss
+    assert models.losses.HELPER_MODULES == HELPERS
+    package = {info.name for info in pkgutil.iter_modules(models.losses.__path__)}
+    assert package - {"__init__"} == set(HELPERS) | loss_modules
+    assert not loss_modules & set(HELPERS)
+
+
+def test_forward_and_diagnostics_share_one_prepare_step():
+    """Loss.forward is compute(prepare(...)) and Loss.diagnostics is contributions(prepare(...)) without
+    gradients; a loss without contributions reports nothing, without even checking its inputs."""
+    from models.losses.base import Loss
+
+    calls = []
+
+    class Probe(Loss[torch.Tensor]):
+        def prepare(self, *, image, text, **unused):
+            calls.append(torch.is_grad_enabled())
+            return image.sum() + text.sum()
+
+        def compute(self, prepared):
+            return {"probe_loss": prepared}
+
+    class CountingProbe(Probe):
+        def contributions(self, prepared):
+            return {"probe_no_gradient": prepared.reshape(1) > 0}
+
+    case = make_case("random")
+    assert Probe()(**case)["probe_loss"].item() == pytest.approx(
+        float(case["image"].sum() + case["text"].sum())
+    )
+    assert Probe().diagnostics(image=None, text=None) == {} and not Probe().reports_cocos
+    assert CountingProbe().reports_cocos and set(CountingProbe().diagnostics(**case)) == {"probe_no_gradient"}
+    assert calls == [True, False]

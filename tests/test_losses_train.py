@@ -10,19 +10,21 @@ import numpy as np
 import pytest
 import torch
 
-from models.encoders import build_model
+from models.encoders import EncoderConfig
 from models.losses import LOSSES, build_loss
+from models.registry import build_model
 from models.training import PairData, Trainer, pick_device
 from pipeline import NeighborTables, PrepareDataset, Split, TrainWordVectors
 from pipeline.profiles import SMOKE
 from pipeline.steps.text import encode_texts, tokenize
-from pipeline.tasks.data import integer_group_ids, load_prepared_images, read_manifest
-from pipeline.tasks.representations import NEIGHBORS
-from pipeline.tasks.training import encoder_config, load_pair_data
+from pipeline.tasks.data import integer_group_ids
+from pipeline.tasks.training import load_pair_data
 from tests.fixtures.recipes.make_fixtures import make_fixture
 
 pytestmark = pytest.mark.slow
-SETTINGS = replace(SMOKE.train, epochs=1)
+# the smoke profile trains on cached frozen-trunk features, which this test does not compute; the losses see
+# embeddings either way, so here the trunk trains on the cached pixels
+SETTINGS = replace(SMOKE.train, epochs=1, trunk="finetune")
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +33,13 @@ def embedded(tmp_path_factory):
     common = {"profile": "smoke", "run_root": str(tmp_path_factory.mktemp("runs"))}
     tasks = [Split(**common), PrepareDataset(**common), TrainWordVectors(**common), NeighborTables(**common)]
     assert luigi.build(tasks, local_scheduler=True, log_level="WARNING")
-    split, prepared, words, neighbors = (t.output_dir() for t in tasks)
-    data, manifest = load_pair_data(split, prepared, words, SETTINGS.max_text_tokens)
-    vectors = np.load(words / "word_vectors.npy")
+    split, prepared, words, neighbors = tasks
+    data, manifest = load_pair_data(
+        {"split": split, "prepared": prepared, "words": words}, SETTINGS.max_text_tokens
+    )
+    _, vectors = words.vocabulary()
     positions = {name: np.flatnonzero(manifest["split"].to_numpy() == name) for name in ("train", "val")}
-    return data, vectors, positions, np.load(neighbors / NEIGHBORS)
+    return data, vectors, positions, neighbors.load("neighbors")
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +50,12 @@ def grouped(tmp_path_factory):
         profile="smoke", run_root=str(tmp_path_factory.mktemp("runs")), dataset="coco", raw_dir=str(raw)
     )
     assert luigi.build([task], local_scheduler=True, log_level="WARNING")
-    manifest = read_manifest(task.output_dir())
+    manifest = task.manifest()
     token_lists = [tokenize(text) for text in manifest["text"]]
     vocab = {word: i + 2 for i, word in enumerate(sorted({w for tokens in token_lists for w in tokens}))}
     tokens, lengths = encode_texts(token_lists, vocab, SETTINGS.max_text_tokens)
     data = PairData(
-        load_prepared_images(task.output_dir()),
+        task.images(),
         manifest["cache_row"].to_numpy(),
         tokens,
         lengths,
@@ -72,7 +76,7 @@ def test_each_loss_trains_one_smoke_epoch_without_nan(name, embedded, grouped, t
     if loss.needs_neighbors:  # within-modality terms are used beside a cross-modal loss (Eq. 8)
         losses.insert(0, build_loss("pvse_mil" if model_name == "pvse" else "angular"))
     torch.manual_seed(0)
-    model = build_model(model_name, encoder_config(SETTINGS, vectors), vectors)
+    model = build_model(model_name, EncoderConfig.from_settings(SETTINGS, vectors), vectors)
     trainer = Trainer(
         model,
         losses,

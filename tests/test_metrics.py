@@ -1,4 +1,5 @@
-"""Tests of evaluation.metrics: tiny cases worked out by hand (in the comments), plus properties."""
+"""Tests of the metric functions (evaluation.retrieval, neighbourhoods, calibration, proximity,
+statistics): tiny cases worked out by hand (in the comments), plus properties."""
 
 from __future__ import annotations
 
@@ -7,23 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.metrics import (
-    _draw_distractors,
-    coco_folds,
-    cocos_summary,
-    full_ranking_metrics,
-    mean_std,
-    n_way_recall_at_1,
-    nearest_neighbour_mask,
-    neighbour_preservation,
-    paired_bootstrap,
-    precision_recall,
-    proximity_ratios,
-    sample_neighbour_pairs,
-    score_distribution,
-    smallest_ratios_first,
-    topic_precision_at_k,
-)
+from evaluation.calibration import precision_recall, score_distribution
+from evaluation.neighbourhoods import nearest_neighbour_mask, neighbour_preservation, topic_precision_at_k
+from evaluation.proximity import proximity_ratios, sample_neighbour_pairs, smallest_ratios_first
+from evaluation.retrieval import _draw_distractors, coco_folds, full_ranking_metrics, n_way_recall_at_1
+from evaluation.statistics import cocos_summary, mean_std, paired_bootstrap
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:

@@ -9,22 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-import evaluation.metrics as metrics
+import evaluation.embeddings as evaluation_embeddings
+from evaluation.calibration import calibration, precision_recall, score_distribution
+from evaluation.embeddings import cross_modal_scores
+from evaluation.evaluate import evaluate_embeddings
 from evaluation.gallery import proximity_study, retrieval_examples
-from evaluation.metrics import (
-    coco_folds,
-    cross_modal_scores,
-    full_ranking_metrics,
-    n_way_recall_at_1,
-    nearest_neighbour_mask,
-    neighbour_preservation,
-    precision_recall,
-    proximity_ratios,
-    score_distribution,
-    topic_precision_at_k,
-)
+from evaluation.neighbourhoods import nearest_neighbour_mask, neighbour_preservation, topic_precision_at_k
+from evaluation.protocol import full_ranking, retrieval_layout
+from evaluation.proximity import proximity_ratios
+from evaluation.retrieval import coco_folds, full_ranking_metrics, n_way_recall_at_1
 from models.losses.pvse_mil import mil_similarity
-from pipeline.tasks.evaluation import calibration, evaluate_embeddings, full_ranking, retrieval_layout
 
 
 def random_unit(shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -66,7 +60,7 @@ def test_cross_modal_scores_matches_pvse_mil_similarity_across_chunks(monkeypatc
     expected = mil_similarity(torch.from_numpy(image), torch.from_numpy(text)).numpy()
     np.testing.assert_allclose(cross_modal_scores(image, text), expected, rtol=0, atol=1e-12)
     # a tiny chunk budget forces one query row per chunk; the result must not depend on it
-    monkeypatch.setattr(metrics, "_CHUNK_ENTRIES", 1)
+    monkeypatch.setattr(evaluation_embeddings, "_CHUNK_ENTRIES", 1)
     np.testing.assert_allclose(cross_modal_scores(image, text), expected, rtol=0, atol=1e-12)
 
 

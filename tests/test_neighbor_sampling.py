@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from models.batching import Batch, BatchSampler
-from models.encoders import EncoderConfig, VSEModel
+from models.encoders import EncoderConfig
 from models.losses import build_loss
 from models.training import PairData, Trainer, cross_modal_group_ids
-from pipeline.profiles import TrainSettings
+from models.vse import VSEModel
 from pipeline.steps.neighbors import DUPLICATE_DISTANCE, annoy_neighbor_table, same_topic_share, sampling_pool
+from tests.test_training import SETTINGS
 
 
 def test_sampling_pool_takes_the_first_sample_k_non_duplicates():
@@ -101,20 +102,6 @@ def test_masked_cross_pairs_change_the_angular_loss_exactly_as_removing_those_ne
         logits = [4 * (a + p) @ text[j] - 4 * (a @ p) for j in range(4) if j not in (i, partner[i])]
         terms.append(torch.log1p(torch.exp(torch.stack(logits)).sum()))
     assert torch.allclose(loss, torch.stack(terms).mean(), atol=1e-6)
-
-
-SETTINGS = TrainSettings(
-    backbone="resnet18",
-    pretrained=False,
-    image_size=16,
-    embed_dim=8,
-    gru_hidden=8,
-    max_text_tokens=6,
-    batch_size=8,
-    epochs=2,
-    learning_rate=1e-3,
-    lr_patience=1,
-)
 
 
 def feature_data(n: int = 40, width: int = 12) -> PairData:

@@ -7,17 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import evaluation.metrics as metrics
-from evaluation.metrics import nearest_neighbour_mask, neighbour_preservation
+import evaluation.embeddings as evaluation_embeddings
+from evaluation.evaluate import HEADLINE_PRESERVATION, evaluate_embeddings
 from evaluation.neighbourhoods import (
     chance_preservation,
     headline_preservation_k,
+    nearest_neighbour_mask,
     nearest_neighbour_ranking,
+    neighbour_preservation,
     neighbour_preservation_at_ks,
     preservation_from_rankings,
     within_modality_topic_precision,
 )
-from pipeline.tasks.evaluation import HEADLINE_PRESERVATION, evaluate_embeddings
 
 
 def on_circle(degrees: list[float]) -> np.ndarray:
@@ -106,7 +107,7 @@ def test_several_k_equal_single_k_neighbour_preservation(shape, monkeypatch):
     # a shared reference ranking gives the same numbers, and so does a tiny chunk budget
     ranking = nearest_neighbour_ranking(reference, max(ks))
     shared = neighbour_preservation_at_ks(learned, None, ks, reference_ranking=ranking)
-    monkeypatch.setattr(metrics, "_CHUNK_ENTRIES", 50)
+    monkeypatch.setattr(evaluation_embeddings, "_CHUNK_ENTRIES", 50)
     chunked = neighbour_preservation_at_ks(learned, reference, ks)
     for k in ks:
         np.testing.assert_array_equal(shared[k]["per_sample"], result[k]["per_sample"])

@@ -9,11 +9,12 @@ import luigi
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from PIL import Image
 
 from pipeline import FullRun, PrepareDataset, Train
 from pipeline.base import META_FILE
-from pipeline.tasks.data import load_prepared_images
+from pipeline.profiles import SMOKE
 from pipeline.variants import TABLE_1, TABLE_4, VARIANTS, paper_grid
 from tests.luigi_runs import build
 from tests.markdown_tables import section
@@ -48,12 +49,36 @@ def test_smoke_full_run_succeeds_and_reports_every_variant(smoke_run):
         for direction in ("i2t", "t2i"):
             assert 0.0 <= variant[direction]["mean"] <= 1.0
     assert task.report_path().with_name("report.html").exists()
-    # every task of the graph ran once: one Train and one Evaluate per variant, one table per space
+    # every task of the graph ran once: one Train and one Evaluate per variant and seed, one table per space
     families = ran.families()
-    n_variants = len(paper_grid(caption_groups=False))
-    assert families.count("Train") == n_variants and families.count("Evaluate") == n_variants
+    n_runs = sum(len(SMOKE.seeds_for(variant)) for variant in paper_grid(caption_groups=False))
+    assert n_runs > len(paper_grid(caption_groups=False)), "the headline rows run several seeds"
+    assert families.count("Train") == n_runs and families.count("Evaluate") == n_runs
     assert families.count("NeighborTables") == 2
     assert families.count("PrepareDataset") == 1
+
+
+def test_frozen_trunk_features_are_computed_once_and_shared(smoke_run):
+    """The pooled trunk features serve every VSE variant and seed and the image-neighbour table; PVSE,
+    which attends over the map, has one spatial feature task of its own."""
+    _, _, ran, _ = smoke_run
+    features = [task for task in ran.ran if task.get_task_family() == "TrunkFeatures"]
+    assert sorted(task.spatial for task in features) == [False, True]
+    pooled = next(task for task in features if not task.spatial)
+    trains = [task for task in ran.ran if task.get_task_family() == "Train"]
+    vse_trains = [task for task in trains if task.variant_spec()["model"] == "vse"]
+    assert len(vse_trains) >= 2
+    for train in vse_trains:
+        assert train.requires()["features"].output_dir() == pooled.output_dir()
+    image_tables = [
+        task for task in ran.ran if task.get_task_family() == "NeighborTables" and task.space == "image"
+    ]
+    assert [table.requires()["vectors"].output_dir() for table in image_tables] == [pooled.output_dir()]
+    meta = json.loads((pooled.output_dir() / META_FILE).read_text())
+    assert meta["summary"]["imagenet_weights_loaded"] is True
+    for train in trains:
+        summary = json.loads((train.output_dir() / META_FILE).read_text())["summary"]
+        assert summary["trunk"] == "frozen" and summary["imagenet_weights_loaded"] is True
 
 
 def test_every_output_has_metadata_with_seed_versions_and_wall_time(smoke_run):
@@ -84,12 +109,37 @@ def test_changing_a_loss_weight_reruns_only_that_variant(smoke_run):
     )
     result, ran = build([changed])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
-    assert ran.families() == ["Cocos", "Evaluate", "FullRun", "Report", "Train"]
+    per_seed = len(SMOKE.seeds_for("ours"))
+    assert (
+        ran.families()
+        == ["Cocos"] * per_seed + ["Evaluate"] * per_seed + ["FullRun", "Report"] + ["Train"] * per_seed
+    )
     assert {t.variant for t in ran.ran if isinstance(t, Train)} == {"ours"}
     after = {p.parent for p in Path(root).glob(f"*/*/{META_FILE}")}
     assert before <= after, "an ablation never overwrites an earlier result"
     new_train = [t for t in ran.ran if isinstance(t, Train)][0]
     assert new_train.meta()["config"]["variant"]["losses"][1]["params"]["alpha"] == 0.5
+
+
+def test_finetuned_trunk_trains_end_to_end_on_pixels(smoke_run):
+    """The paper's mode (one flag away from the CPU profiles' frozen trunk): the trunk is part of the model,
+    trains on flipped pixels and no cached features are read."""
+    _, _, _, root = smoke_run
+    finetune = {"trunk": "finetune", "backbone": "resnet18", "pretrained": False, "horizontal_flip": True}
+    task = FullRun(
+        profile="smoke",
+        run_root=str(root),
+        variants=["ang_np_sym"],
+        seeds=[0],
+        variant_overrides={"ang_np_sym": {"train": finetune}},
+    )
+    result, ran = build([task])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS, result.summary_text
+    (train,) = [t for t in ran.ran if isinstance(t, Train)]
+    assert "features" not in train.requires()
+    assert train.meta()["summary"]["trunk"] == "finetune"
+    state = torch.load(train.output_dir() / "model_best.pt", weights_only=False)["model"]
+    assert any(name.startswith("image_encoder.trunk.net.layer4") for name in state)
 
 
 def _write_pairs(folder: Path, n_good: int) -> Path:
@@ -149,7 +199,7 @@ def test_bad_input_below_budget_goes_on_and_counts_each_reason(tmp_path):
     rejects = pd.read_csv(out / "rejects.csv")
     assert sorted(rejects["pair_id"]) == sorted(["missing", "html", "empty", "blank", "p2"])
     manifest = pd.read_parquet(out / "manifest.parquet")
-    images = load_prepared_images(out)
+    images = task.images()
     # every surviving pair keeps its own text and image
     p5 = manifest.set_index("pair_id").loc["p5"]
     assert p5["text"] == "story number 5 about things"

@@ -13,10 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from models.batching import BatchSampler
-from models.encoders import MODELS, EncoderConfig, build_model
+from models.encoders import EncoderConfig
 from models.losses import LOSSES, LossPreconditionError, build_loss
 from models.losses.pvse_mil import diversity_penalty, mil_similarity, mmd_penalty
 from models.pvse import PolysemousInstanceEmbedding, PVSEModel
+from models.registry import MODELS, build_model
 from models.training import PairData
 from pipeline.tasks.cocos import collect_cocos
 from pipeline.variants import VARIANTS

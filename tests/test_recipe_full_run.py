@@ -18,7 +18,6 @@ from data_recipes.manifest import check_manifest_columns
 from data_recipes.validate import load_image_rgb
 from models.training import HISTORY_FILE
 from pipeline import FullRun, Split, Train
-from pipeline.tasks.data import read_manifest
 from pipeline.variants import TABLE_2, VARIANTS
 from tests.fixtures.recipes import make_fixtures as fixtures
 from tests.markdown_tables import section, table_row
@@ -73,7 +72,7 @@ class RecipeRun:
     task: FullRun
     result: luigi.execution_summary.LuigiRunResult
     trained: list[Train]
-    split_dir: Path
+    split: Split
 
 
 class TrainRecorder:
@@ -104,7 +103,7 @@ def run_full(recipe: str, raw_dir: Path, run_root: Path) -> RecipeRun:
     finally:
         luigi.Task._event_callbacks[luigi.Task][luigi.Event.SUCCESS].discard(recorder)
     split = Split(profile="smoke", dataset=recipe, raw_dir=str(raw_dir), run_root=str(run_root))
-    return RecipeRun(task, result, recorder.trained, split.output_dir())
+    return RecipeRun(task, result, recorder.trained, split)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +139,7 @@ def test_recipe_fixture_trains_in_smoke_full_run(recipe, recipe_runs):
     assert dataset["rejects_by_reason"] == expected.rejects
     assert dedup["n_removed"] == expected.n_duplicates
 
-    manifest = check_manifest_columns(read_manifest(run.split_dir))
+    manifest = check_manifest_columns(run.split.manifest())
     assert len(manifest) == expected.n_kept
     assert manifest["pair_id"].is_unique
     assert (manifest["text"].str.strip() != "").all()
@@ -166,7 +165,7 @@ def test_recipe_fixture_trains_in_smoke_full_run(recipe, recipe_runs):
 def test_coco_fixture_produces_table_2(recipe_runs):
     run = recipe_runs("coco")
     assert run.result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS, run.result.summary_text
-    manifest = read_manifest(run.split_dir)
+    manifest = run.split.manifest()
     captions_per_image = manifest.groupby("group_id").size()
     assert len(captions_per_image) == 4 + fixtures.COCO_IMAGES and captions_per_image.min() == 5
     # Karpathy's split: one hand-made test and one val image; generated: every period-th from the first

@@ -13,11 +13,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from data_recipes import build_recipe
+from data_recipes import CAPTION_GROUP_RECIPES, RECIPES, build_recipe
 from data_recipes.coco import find_official_files
 from data_recipes.conceptual_captions import split_from_name
 from data_recipes.manifest import ManifestError, check_manifest_columns, resolve_image_paths
-from data_recipes.politics import first_sentences, load_metadata, split_sentences
+from data_recipes.politics import first_sentences, iter_sentences, load_metadata
+from data_recipes.registry import Registry
 from tests.fixtures.recipes import make_fixtures as fixtures
 
 # pairs of the generated part of each fixture
@@ -26,6 +27,11 @@ COCO_CAPTIONS = fixtures.COCO_IMAGES * fixtures.COCO_CAPTIONS_PER_IMAGE
 FLICKR_CAPTIONS = fixtures.FLICKR_IMAGES * 5
 CC_GENERATED = fixtures.CC_TRAIN_LINES + fixtures.CC_VALIDATION_LINES
 HAND_MADE_GOODNEWS = "goodnews-5a0b1c2d3e4f5a6b7c8d9e0"  # prefix of the hand-made articles' pair ids
+
+
+def split_sentences(text: str | None) -> list[str]:
+    """All sentences of ``text`` (moved here from data_recipes.politics, where only this test used it)."""
+    return list(iter_sentences(text))
 
 
 def run_recipe(name: str, tmp_path: Path, raw: Path | None = None, **options):
@@ -456,3 +462,27 @@ def test_pairs_reports_bad_input(tmp_path):
         build_recipe("pairs", raw, tmp_path / "work")
     with pytest.raises(ManifestError, match="holdout"):
         build_recipe("pairs", raw, tmp_path / "work", file="pairs.jsonl")
+
+
+def test_every_recipe_module_registers_itself(tmp_path):
+    assert set(RECIPES) == {
+        "embedded",
+        "politics",
+        "goodnews",
+        "coco",
+        "conceptual_captions",
+        "flickr30k",
+        "pairs",
+    }
+    assert set(CAPTION_GROUP_RECIPES) == {"coco", "flickr30k"}
+    with pytest.raises(KeyError, match="unknown dataset recipe 'nope'"):
+        build_recipe("nope", None, tmp_path)
+
+
+def test_a_name_taken_by_another_entry_is_rejected():
+    registry: Registry[object] = Registry("thing")
+    registry.register("a", flag=True)(len)
+    registry.register("a", flag=True)(len)  # the same object again is no clash
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register("a")(str)
+    assert registry.names() == registry.names(flag=True) == ("a",) and registry.names(flag=False) == ()

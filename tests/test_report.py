@@ -24,13 +24,13 @@ from evaluation.gallery import (
     snippet,
     write_thumbnails,
 )
-from evaluation.metrics import full_ranking_metrics
 from evaluation.plots import (
     plot_pr_curves,
     plot_preservation_against_k,
     plot_proximity_ratios,
     plot_score_distributions,
 )
+from evaluation.protocol import full_ranking, retrieval_layout
 from evaluation.report import (
     FIGURES_DIR,
     Qualitative,
@@ -41,13 +41,13 @@ from evaluation.report import (
     cocos_rows,
     headline_comparison,
 )
+from evaluation.retrieval import full_ranking_metrics
 from evaluation.statistics import paired_bootstrap_items_and_seeds
 from models.batching import BatchSampler
 from models.losses import build_loss
 from models.training import PairData
 from pipeline.io import write_json
 from pipeline.tasks.cocos import collect_cocos
-from pipeline.tasks.evaluation import full_ranking, retrieval_layout
 from tests.markdown_tables import section, table_row
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from models.batching import BatchSampler
-from models.encoders import EncoderConfig, VSEModel
+from models.encoders import EncoderConfig
 from models.losses import build_loss
 from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer, encode_pairs
+from models.vse import VSEModel
 from pipeline.profiles import TrainSettings
 
 SETTINGS = TrainSettings(

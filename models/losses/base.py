@@ -23,30 +23,39 @@ A loss whose ``needs`` holds ``"group_mates"`` only works when batches hold seve
 Struc with ground-truth groups); the trainer then fills batches group by group.
 
 Rows may come from several processes (gathered and concatenated); nothing here assumes one device batch.
+
+A loss implements three steps and :class:`Loss` runs them, so that the loss and its COCOS diagnostics
+(Bleeker & de Rijke §4) always read the same guarded inputs, masks and scores: ``prepare`` (input guards
+and the set-up shared by both), ``compute`` (the loss's equation) and ``contributions`` (its per-query
+gradient-contribution counts). Adding a loss is one module defining these plus :func:`register_loss`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 LossOutput = dict[str, Tensor]
 
-LOSSES: dict[str, type[Loss]] = {}
+LOSSES: dict[str, type[Loss[Any]]] = {}
 
-#: the keywords that carry sampled semantic neighbours (Eq. 5)
-NEIGHBOR_KEYWORDS = frozenset({"neighbor_image", "neighbor_text", "neighbor_of"})
+#: the keywords that carry sampled semantic neighbours (Eq. 5), in the order the input guards name them
+NEIGHBOR_KEYWORDS: tuple[str, ...] = ("neighbor_image", "neighbor_text", "neighbor_of")
+
+#: what ``prepare`` hands to ``compute`` and ``contributions``; each loss picks its own type
+Prepared = TypeVar("Prepared")
 
 
 class LossPreconditionError(ValueError):
     """Raised when a loss is given inputs it cannot work with; the message says how to fix it."""
 
 
-class Loss(nn.Module):
-    """Base class: subclasses set ``name`` through :func:`register_loss` and implement ``forward``."""
+class Loss(nn.Module, Generic[Prepared]):
+    """Base class: subclasses set ``name`` through :func:`register_loss` and implement ``prepare`` and
+    ``compute`` (and ``contributions`` for COCOS); ``forward`` and ``diagnostics`` are the same for all."""
 
     name: ClassVar[str] = ""
     #: keywords this loss needs besides ``image`` and ``text`` (and ``"group_mates"``); the trainer uses it to
@@ -56,20 +65,46 @@ class Loss(nn.Module):
     @property
     def needs_neighbors(self) -> bool:
         """Whether batches must carry sampled semantic neighbours for this loss."""
-        return bool(self.needs & NEIGHBOR_KEYWORDS)
+        return not self.needs.isdisjoint(NEIGHBOR_KEYWORDS)
 
-    def forward(self, **embeddings: Tensor) -> LossOutput:  # pragma: no cover - interface
+    @property
+    def reports_cocos(self) -> bool:
+        """Whether :meth:`diagnostics` can report anything, so callers may skip a pass that would yield
+        nothing (a subclass may also override ``diagnostics`` itself)."""
+        cls = type(self)
+        return cls.contributions is not Loss.contributions or cls.diagnostics is not Loss.diagnostics
+
+    def forward(self, **inputs: Tensor) -> LossOutput:
+        return self.compute(self.prepare(**inputs))
+
+    def diagnostics(self, **inputs: Tensor) -> dict[str, Tensor]:
+        """Per-query gradient-contribution counts (Bleeker et al. COCOS); does not change the loss or any
+        gradient. A loss without ``contributions`` reports nothing and does not even check its inputs."""
+        if type(self).contributions is Loss.contributions:
+            return {}
+        with torch.no_grad():
+            return self.contributions(self.prepare(**inputs))
+
+    def prepare(self, **inputs: Tensor) -> Prepared:  # pragma: no cover - interface
+        """Guard the keyword inputs and build what both ``compute`` and ``contributions`` read."""
         raise NotImplementedError
 
-    def diagnostics(self, **embeddings: Tensor) -> dict[str, Tensor]:
-        """Per-query gradient-contribution counts (Bleeker et al. COCOS); does not change the loss."""
+    def compute(self, prepared: Prepared) -> LossOutput:  # pragma: no cover - interface
+        """The named, weighted sub-losses."""
+        raise NotImplementedError
+
+    def contributions(self, prepared: Prepared) -> dict[str, Tensor]:
+        """Per-query COCOS counts, keyed ``<direction>_<statistic>``; runs under ``torch.no_grad``."""
         return {}
 
 
-def register_loss(name: str) -> Callable[[type[Loss]], type[Loss]]:
+LossClass = TypeVar("LossClass", bound=type[Loss[Any]])
+
+
+def register_loss(name: str) -> Callable[[LossClass], LossClass]:
     """Class decorator: make a loss selectable by ``name`` from task parameters."""
 
-    def decorate(cls: type[Loss]) -> type[Loss]:
+    def decorate(cls: LossClass) -> LossClass:
         if name in LOSSES and LOSSES[name] is not cls:
             raise ValueError(
                 f"loss name {name!r} is registered twice ({LOSSES[name].__name__}, {cls.__name__})"
@@ -81,32 +116,8 @@ def register_loss(name: str) -> Callable[[type[Loss]], type[Loss]]:
     return decorate
 
 
-def build_loss(name: str, **params: object) -> Loss:
+def build_loss(name: str, **params: object) -> Loss[Any]:
     """Instantiate a registered loss by name, e.g. ``build_loss("angular", form="smooth")``."""
     if name not in LOSSES:
         raise KeyError(f"unknown loss {name!r}; registered losses: {sorted(LOSSES)}")
     return LOSSES[name](**params)
-
-
-def default_group_ids(group_ids: Tensor | None, batch_size: int, device: torch.device) -> Tensor:
-    """``group_ids`` if given, else every row its own group."""
-    if group_ids is None:
-        return torch.arange(batch_size, device=device)
-    if group_ids.shape != (batch_size,):
-        raise LossPreconditionError(
-            f"group_ids must have shape ({batch_size},), got {tuple(group_ids.shape)}; pass one id per batch row"
-        )
-    return group_ids
-
-
-def check_pair_embeddings(image: Tensor, text: Tensor, *, min_batch: int = 2) -> None:
-    """Common guard: paired [B, D] embeddings with at least ``min_batch`` rows."""
-    if image.shape != text.shape:
-        raise LossPreconditionError(
-            f"image {tuple(image.shape)} and text {tuple(text.shape)} embeddings must have the same shape: "
-            "row i of image is paired with row i of text"
-        )
-    if image.shape[0] < min_batch:
-        raise LossPreconditionError(
-            f"batch of {image.shape[0]} rows: in-batch negatives need at least {min_batch}; raise batch_size"
-        )

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
-from models.losses.sampled_softmax import (
-    COCOS_EPS,
+from models.losses.base import Loss, LossOutput, register_loss
+from models.losses.checks import COCOS_EPS
+from models.losses.softmax_terms import (
+    ScoredPairs,
+    batch_cocos,
+    check_logit_scale,
     check_mining_parameters,
-    cocos_from_weights,
     kept_negative_count,
     masked_logsumexp,
     multi_positive_cross_entropy,
-    per_query_gradient_weights,
-    scaled_scores_and_positives,
+    scored_pairs,
     top_k_mask,
 )
 
@@ -30,7 +31,7 @@ def cross_example_negative_mining_loss(
 
 
 @register_loss("cross_example_negative_mining")
-class CrossExampleNegativeMining(Loss):
+class CrossExampleNegativeMining(Loss[ScoredPairs]):
     """Cross-Example Negative Mining (Veit & Wilber Eq. 6) on logits ``scale · cos`` (λ = 20).
 
     ``k`` is ``top_k`` when given, else ``ceil(fraction * |N_B|)``; §4.2 keep the 50% largest. As for
@@ -43,27 +44,24 @@ class CrossExampleNegativeMining(Loss):
         scale: float = 20.0,
         fraction: float = 0.5,
         top_k: int | None = None,
-        diagnostic_eps: float = COCOS_EPS,
+        cocos_eps: float = COCOS_EPS,
     ) -> None:
         super().__init__()
-        if scale <= 0:
-            raise LossPreconditionError(f"scale={scale} must be positive; Veit & Wilber §4.2 use λ = 20")
+        check_logit_scale(scale)
         check_mining_parameters(fraction, top_k)
         self.scale = scale
         self.fraction = fraction
         self.top_k = top_k
-        self.diagnostic_eps = diagnostic_eps
+        self.cocos_eps = cocos_eps
 
     def _loss(self, logits: Tensor, positives: Tensor) -> Tensor:
         return cross_example_negative_mining_loss(logits, positives, self.fraction, self.top_k)
 
-    def forward(self, **embeddings: Tensor) -> LossOutput:
-        logits, positives = scaled_scores_and_positives(embeddings, self.scale)
-        return {"cross_example_loss": self._loss(logits, positives)}
+    def prepare(self, **inputs: Tensor) -> ScoredPairs:
+        return scored_pairs(inputs, self.scale)
 
-    def diagnostics(self, **embeddings: Tensor) -> dict[str, Tensor]:
-        logits, positives = scaled_scores_and_positives(embeddings, self.scale)
-        weights = per_query_gradient_weights(lambda x: self._loss(x, positives), logits)
-        return cocos_from_weights(
-            weights, positives, self.diagnostic_eps, "image_to_text"
-        ) | cocos_from_weights(weights.T, positives, self.diagnostic_eps, "text_to_image")
+    def compute(self, logits: ScoredPairs) -> LossOutput:
+        return {"cross_example_loss": self._loss(logits.scores, logits.positives)}
+
+    def contributions(self, logits: ScoredPairs) -> dict[str, Tensor]:
+        return batch_cocos(logits.scores, logits.positives, self._loss, self.cocos_eps)

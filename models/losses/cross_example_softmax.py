@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
-from models.losses.sampled_softmax import (
-    COCOS_EPS,
-    cocos_from_weights,
+from models.losses.base import Loss, LossOutput, register_loss
+from models.losses.checks import COCOS_EPS
+from models.losses.softmax_terms import (
+    ScoredPairs,
+    batch_cocos,
+    check_logit_scale,
     masked_logsumexp,
     multi_positive_cross_entropy,
-    per_query_gradient_weights,
-    scaled_scores_and_positives,
+    scored_pairs,
 )
 
 
@@ -22,7 +23,7 @@ def cross_example_softmax_loss(logits: Tensor, positives: Tensor) -> Tensor:
 
 
 @register_loss("cross_example_softmax")
-class CrossExampleSoftmax(Loss):
+class CrossExampleSoftmax(Loss[ScoredPairs]):
     """Cross-Example Softmax cross-entropy (Veit & Wilber Eq. 5) on logits ``scale · cos`` (λ = 20).
 
     The partition ``N_B`` (Eq. 4) is every off-diagonal (with ``group_ids``: every cross-group) entry of
@@ -32,20 +33,17 @@ class CrossExampleSoftmax(Loss):
     caption query (columns); a negative entry's weight includes its share of the other queries' terms.
     """
 
-    def __init__(self, scale: float = 20.0, diagnostic_eps: float = COCOS_EPS) -> None:
+    def __init__(self, scale: float = 20.0, cocos_eps: float = COCOS_EPS) -> None:
         super().__init__()
-        if scale <= 0:
-            raise LossPreconditionError(f"scale={scale} must be positive; Veit & Wilber §4.2 use λ = 20")
+        check_logit_scale(scale)
         self.scale = scale
-        self.diagnostic_eps = diagnostic_eps
+        self.cocos_eps = cocos_eps
 
-    def forward(self, **embeddings: Tensor) -> LossOutput:
-        logits, positives = scaled_scores_and_positives(embeddings, self.scale)
-        return {"cross_example_loss": cross_example_softmax_loss(logits, positives)}
+    def prepare(self, **inputs: Tensor) -> ScoredPairs:
+        return scored_pairs(inputs, self.scale)
 
-    def diagnostics(self, **embeddings: Tensor) -> dict[str, Tensor]:
-        logits, positives = scaled_scores_and_positives(embeddings, self.scale)
-        weights = per_query_gradient_weights(lambda x: cross_example_softmax_loss(x, positives), logits)
-        return cocos_from_weights(
-            weights, positives, self.diagnostic_eps, "image_to_text"
-        ) | cocos_from_weights(weights.T, positives, self.diagnostic_eps, "text_to_image")
+    def compute(self, logits: ScoredPairs) -> LossOutput:
+        return {"cross_example_loss": cross_example_softmax_loss(logits.scores, logits.positives)}
+
+    def contributions(self, logits: ScoredPairs) -> dict[str, Tensor]:
+        return batch_cocos(logits.scores, logits.positives, cross_example_softmax_loss, self.cocos_eps)

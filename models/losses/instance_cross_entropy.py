@@ -6,14 +6,13 @@ import torch
 from torch import Tensor
 
 from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
-from models.losses.sampled_softmax import (
-    COCOS_EPS,
-    cocos_from_weights,
+from models.losses.checks import COCOS_EPS
+from models.losses.softmax_terms import (
+    ScoredPairs,
     masked_logsumexp,
-    pairwise_cosine,
-    per_query_gradient_weights,
     positive_pair_nll,
-    same_group_mask,
+    query_cocos,
+    scored_pairs,
 )
 
 
@@ -46,7 +45,7 @@ def instance_cross_entropy_loss(cosines: Tensor, positives: Tensor, scale: float
 
 
 @register_loss("instance_cross_entropy")
-class InstanceCrossEntropy(Loss):
+class InstanceCrossEntropy(Loss[ScoredPairs]):
     """Instance Cross Entropy (Wang et al. Eq. 5, L2-normalised features §3.3, reweighting §3.4).
 
     An image anchor matches against the batch captions and a caption anchor against the batch images;
@@ -57,7 +56,7 @@ class InstanceCrossEntropy(Loss):
     per-anchor weights that reach the cosines (N·w̄, or ŵ of Eq. 11-12 without reweighting).
     """
 
-    def __init__(self, scale: float = 64.0, reweight: bool = True, diagnostic_eps: float = COCOS_EPS) -> None:
+    def __init__(self, scale: float = 64.0, reweight: bool = True, cocos_eps: float = COCOS_EPS) -> None:
         super().__init__()
         if scale < 1:
             raise LossPreconditionError(
@@ -65,35 +64,28 @@ class InstanceCrossEntropy(Loss):
             )
         self.scale = scale
         self.reweight = reweight
-        self.diagnostic_eps = diagnostic_eps
-
-    def _cosines_and_positives(self, embeddings: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        image, text = embeddings.get("image"), embeddings.get("text")
-        if image is None or text is None:
-            raise LossPreconditionError("pass the batch embeddings by keyword: loss(image=..., text=...)")
-        cosines = pairwise_cosine(image, text)
-        return cosines, same_group_mask(embeddings.get("group_ids"), image.shape[0], image.device)
+        self.cocos_eps = cocos_eps
 
     def _loss(self, cosines: Tensor, positives: Tensor) -> Tensor:
         return instance_cross_entropy_loss(cosines, positives, self.scale, self.reweight)
 
-    def forward(self, **embeddings: Tensor) -> LossOutput:
-        cosines, positives = self._cosines_and_positives(embeddings)
+    def _logit_loss(self, logits: Tensor, positives: Tensor) -> Tensor:
+        return self._loss(logits / self.scale, positives)
+
+    def prepare(self, **inputs: Tensor) -> ScoredPairs:
+        return scored_pairs(inputs)
+
+    def compute(self, cosines: ScoredPairs) -> LossOutput:
         return {
-            "image_to_text_loss": 0.5 * self._loss(cosines, positives),
-            "text_to_image_loss": 0.5 * self._loss(cosines.T, positives),
+            "image_to_text_loss": 0.5 * self._loss(cosines.scores, cosines.positives),
+            "text_to_image_loss": 0.5 * self._loss(cosines.scores.T, cosines.positives),
         }
 
-    def diagnostics(self, **embeddings: Tensor) -> dict[str, Tensor]:
-        cosines, positives = self._cosines_and_positives(embeddings)
-        result = {}
-        for name, anchors in (("image_to_text", cosines), ("text_to_image", cosines.T)):
-            if self.reweight:
-                # the reweighted gradient on a cosine is already a weight (Eq. 15 has no factor s)
-                weights = per_query_gradient_weights(lambda x: self._loss(x, positives), anchors)
-            else:
-                weights = per_query_gradient_weights(
-                    lambda x: self._loss(x / self.scale, positives), anchors * self.scale
-                )
-            result |= cocos_from_weights(weights, positives, self.diagnostic_eps, name)
-        return result
+    def contributions(self, cosines: ScoredPairs) -> dict[str, Tensor]:
+        directions = [("image_to_text", cosines.scores), ("text_to_image", cosines.scores.T)]
+        if self.reweight:
+            # the reweighted gradient on a cosine is already a weight (Eq. 15 has no factor s)
+            return query_cocos(directions, cosines.positives, self._loss, self.cocos_eps)
+        # without reweighting the weights are those of the logits s·cos (ŵ of Eq. 11-12)
+        logits = [(name, anchors * self.scale) for name, anchors in directions]
+        return query_cocos(logits, cosines.positives, self._logit_loss, self.cocos_eps)

@@ -5,17 +5,12 @@ from __future__ import annotations
 from torch import Tensor
 
 from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
-from models.losses.sampled_softmax import (
-    COCOS_EPS,
-    cocos_from_weights,
-    per_query_gradient_weights,
-    sampled_softmax_loss,
-    scaled_scores_and_positives,
-)
+from models.losses.checks import COCOS_EPS
+from models.losses.softmax_terms import ScoredPairs, query_cocos, sampled_softmax_loss, scored_pairs
 
 
 @register_loss("nt_xent")
-class NtXent(Loss):
+class NtXent(Loss[ScoredPairs]):
     """NT-Xent, Bleeker & de Rijke Eq. 4:
     ``L = -1/|B| sum_q log(exp(s+/τ) / sum_{s_i in S_Ω^q} exp(s_i/τ))``.
 
@@ -30,26 +25,24 @@ class NtXent(Loss):
     contributes.
     """
 
-    def __init__(self, temperature: float = 0.1, diagnostic_eps: float = COCOS_EPS) -> None:
+    def __init__(self, temperature: float = 0.1, cocos_eps: float = COCOS_EPS) -> None:
         super().__init__()
         if temperature <= 0:
             raise LossPreconditionError(
                 f"temperature={temperature} must be positive; Bleeker & de Rijke use 0.1"
             )
         self.temperature = temperature
-        self.diagnostic_eps = diagnostic_eps
+        self.cocos_eps = cocos_eps
 
-    def forward(self, **embeddings: Tensor) -> LossOutput:
-        logits, positives = scaled_scores_and_positives(embeddings, 1.0 / self.temperature)
+    def prepare(self, **inputs: Tensor) -> ScoredPairs:
+        return scored_pairs(inputs, 1.0 / self.temperature)
+
+    def compute(self, logits: ScoredPairs) -> LossOutput:
         return {
-            "image_to_text_loss": 0.5 * sampled_softmax_loss(logits, positives),
-            "text_to_image_loss": 0.5 * sampled_softmax_loss(logits.T, positives),
+            "image_to_text_loss": 0.5 * sampled_softmax_loss(logits.scores, logits.positives),
+            "text_to_image_loss": 0.5 * sampled_softmax_loss(logits.scores.T, logits.positives),
         }
 
-    def diagnostics(self, **embeddings: Tensor) -> dict[str, Tensor]:
-        logits, positives = scaled_scores_and_positives(embeddings, 1.0 / self.temperature)
-        result = {}
-        for name, queries in (("image_to_text", logits), ("text_to_image", logits.T)):
-            weights = per_query_gradient_weights(lambda x: sampled_softmax_loss(x, positives), queries)
-            result |= cocos_from_weights(weights, positives, self.diagnostic_eps, name)
-        return result
+    def contributions(self, logits: ScoredPairs) -> dict[str, Tensor]:
+        directions = [("image_to_text", logits.scores), ("text_to_image", logits.scores.T)]
+        return query_cocos(directions, logits.positives, sampled_softmax_loss, self.cocos_eps)

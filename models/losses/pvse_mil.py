@@ -3,60 +3,39 @@ multiple-instance (MIL) similarity, a diversity regulariser on the PIE-Net resid
 pulls the image and text embedding distributions together. Reference code: github.com/yalesong/pvse
 (``loss.py``); defaults are those of its COCO training command (margin 0.1, ``--max_violation``,
 ``--div_weight 0.1``, ``--mmd_weight 0.01``).
+
+The MIL similarity itself is in ``checks`` (``pvse_within_modality`` scores with it too) and is imported here,
+where the PVSE model and the evaluation have always found it.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.losses.angular import contribution_summary
-from models.losses.base import (
-    Loss,
-    LossOutput,
-    LossPreconditionError,
+from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
+from models.losses.checks import (
+    check_multi_embeddings,
     check_pair_embeddings,
+    contribution_summaries,
     default_group_ids,
-    register_loss,
+    mil_similarity,
 )
 
 
-def check_multi_embeddings(name: str, embeddings: Tensor) -> None:
-    """Guard: PVSE keywords are ``[B, K, D]`` (K embeddings per instance)."""
-    if embeddings.dim() != 3:
-        raise LossPreconditionError(
-            f"{name} must be [B, K, D] (K embeddings per instance, as PVSEModel returns), got "
-            f"{tuple(embeddings.shape)}; a single-embedding model's [B, D] becomes K=1 with .unsqueeze(1)"
-        )
+class MilScores(NamedTuple):
+    """A guarded PVSE batch: the ``[B, B]`` MIL scores, the mask of same-group (non-negative) pairs and the
+    ``[B, K, D]`` tensors the regularisers read."""
 
-
-def mil_similarity(image: Tensor, text: Tensor) -> Tensor:
-    """Multiple-instance similarity ``s(i, t) = max_{k, l} <image[i, k], text[t, l]>`` -> ``[B_image, B_text]``.
-
-    PVSE scores an image-text pair by its best-matching pair of embeddings, so one of an instance's K
-    meanings suffices to match. ``image`` is ``[B, K, D]``, ``text`` is ``[B', K', D]``.
-    """
-    check_multi_embeddings("image", image)
-    check_multi_embeddings("text", text)
-    if image.shape[-1] != text.shape[-1]:
-        raise LossPreconditionError(
-            f"embedding widths differ: image {tuple(image.shape)}, text {tuple(text.shape)}; both must be D"
-        )
-    pair_scores = torch.einsum("ikd,tld->itkl", image, text)
-    return pair_scores.flatten(2).amax(dim=-1)
-
-
-def paired_mil_similarity(first: Tensor, second: Tensor) -> Tensor:
-    """Row-wise MIL similarity ``[M]``: ``max_{k, l} <first[m, k], second[m, l]>`` for ``[M, K, D]`` inputs."""
-    check_multi_embeddings("first", first)
-    if first.shape != second.shape:
-        raise LossPreconditionError(
-            f"paired sets must have the same shape, got {tuple(first.shape)} and {tuple(second.shape)}"
-        )
-    return torch.einsum("mkd,mld->mkl", first, second).flatten(1).amax(dim=-1)
+    scores: Tensor
+    same_group: Tensor
+    image: Tensor
+    text: Tensor
+    image_residual: Tensor | None
+    text_residual: Tensor | None
 
 
 def diversity_penalty(residual: Tensor) -> Tensor:
@@ -123,7 +102,7 @@ def hinge_contributions(
 
 
 @register_loss("pvse_mil")
-class PvseMil(Loss):
+class PvseMil(Loss[MilScores]):
     """PVSE loss: ``L = L_i2t + L_t2i + diversity_weight * (div(image_res) + div(text_res)) + mmd_weight * MMD``.
 
     Ranking terms use the MIL similarity (:func:`mil_similarity`) with the hardest negative in both
@@ -156,16 +135,7 @@ class PvseMil(Loss):
         self.mmd_weight = mmd_weight
         self.mmd_gamma = mmd_gamma
 
-    @staticmethod
-    def _scores(image: Tensor, text: Tensor, group_ids: Tensor | None) -> tuple[Tensor, Tensor]:
-        """After the input guards: the ``[B, B]`` MIL scores and the mask of same-group (non-negative) pairs."""
-        check_multi_embeddings("image", image)
-        check_multi_embeddings("text", text)
-        check_pair_embeddings(image, text)
-        groups = default_group_ids(group_ids, image.shape[0], image.device)
-        return mil_similarity(image, text), groups.unsqueeze(0) == groups.unsqueeze(1)
-
-    def forward(
+    def prepare(
         self,
         *,
         image: Tensor,
@@ -174,13 +144,24 @@ class PvseMil(Loss):
         text_residual: Tensor | None = None,
         group_ids: Tensor | None = None,
         **_: Tensor,
-    ) -> LossOutput:
-        scores, same_group = self._scores(image, text, group_ids)
-        image_to_text, text_to_image = hinge_on_scores(scores, same_group, self.margin, self.max_violation)
+    ) -> MilScores:
+        check_multi_embeddings("image", image)
+        check_multi_embeddings("text", text)
+        check_pair_embeddings(image, text)
+        groups = default_group_ids(group_ids, image.shape[0], image.device)
+        same_group = groups.unsqueeze(0) == groups.unsqueeze(1)
+        return MilScores(mil_similarity(image, text), same_group, image, text, image_residual, text_residual)
+
+    def compute(self, batch: MilScores) -> LossOutput:
+        image, text = batch.image, batch.text
+        image_to_text, text_to_image = hinge_on_scores(
+            batch.scores, batch.same_group, self.margin, self.max_violation
+        )
         zero = image.new_zeros(())
         multi = image.shape[1] > 1
         diversity = zero
         if multi and self.diversity_weight > 0:
+            image_residual, text_residual = batch.image_residual, batch.text_residual
             if image_residual is None or text_residual is None:
                 raise LossPreconditionError(
                     "the diversity term needs image_residual and text_residual [B, K, D] (PVSEModel returns "
@@ -206,17 +187,10 @@ class PvseMil(Loss):
             "mmd_loss": mmd,
         }
 
-    @torch.no_grad()
-    def diagnostics(
-        self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **_: Tensor
-    ) -> dict[str, Tensor]:
+    def contributions(self, batch: MilScores) -> dict[str, Tensor]:
         """COCOS of the two ranking terms, keyed by direction as the other cross-modal losses report it; the
         diversity and MMD regularisers rank no candidates, so they have no negatives to count."""
-        scores, same_group = self._scores(image, text, group_ids)
         image_to_text, text_to_image = hinge_contributions(
-            scores, same_group, self.margin, self.max_violation
+            batch.scores, batch.same_group, self.margin, self.max_violation
         )
-        return {
-            **contribution_summary("image_to_text", image_to_text),
-            **contribution_summary("text_to_image", text_to_image),
-        }
+        return contribution_summaries({"image_to_text": image_to_text, "text_to_image": text_to_image})

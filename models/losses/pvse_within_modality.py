@@ -10,20 +10,31 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from models.losses.angular import contribution_summary
-from models.losses.base import (
-    NEIGHBOR_KEYWORDS,
-    Loss,
-    LossOutput,
-    LossPreconditionError,
+from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
+from models.losses.checks import (
+    Neighbours,
+    check_choice,
+    check_multi_embeddings,
     check_pair_embeddings,
-    default_group_ids,
-    register_loss,
+    mil_similarity,
 )
-from models.losses.pvse_mil import check_multi_embeddings, mil_similarity, paired_mil_similarity
-from models.losses.within_modality import neighbour_negative_mask
+from models.losses.pair_terms import (
+    NEGATIVE_MODES,
+    NeighbourPairs,
+    NeighbourTerm,
+    neighbour_contributions,
+    neighbour_pairs,
+)
 
-NEGATIVE_MODES = ("hardest", "all")
+
+def paired_mil_similarity(first: Tensor, second: Tensor) -> Tensor:
+    """Row-wise MIL similarity ``[M]``: ``max_{k, l} <first[m, k], second[m, l]>`` for ``[M, K, D]`` inputs."""
+    check_multi_embeddings("first", first)
+    if first.shape != second.shape:
+        raise LossPreconditionError(
+            f"paired sets must have the same shape, got {tuple(first.shape)} and {tuple(second.shape)}"
+        )
+    return torch.einsum("mkd,mld->mkl", first, second).flatten(1).amax(dim=-1)
 
 
 def within_modality_violations(
@@ -73,7 +84,7 @@ def within_modality_contributions(
 
 
 @register_loss("pvse_within_modality")
-class PvseWithinModality(Loss):
+class PvseWithinModality(Loss[NeighbourPairs]):
     """``alpha * L_text + beta * L_img`` (Thomas & Kovashka Eq. 6-8) on PVSE's multiple-instance similarity.
 
     For row m of the neighbour tensors, the anchor is batch row ``i = neighbor_of[m]`` and the positive its
@@ -96,7 +107,7 @@ class PvseWithinModality(Loss):
     The PVSE ranking, diversity and MMD terms are not repeated here: they come from ``pvse_mil``.
     """
 
-    needs: ClassVar[frozenset[str]] = NEIGHBOR_KEYWORDS
+    needs: ClassVar[frozenset[str]] = frozenset(NEIGHBOR_KEYWORDS)
 
     def __init__(
         self,
@@ -110,25 +121,27 @@ class PvseWithinModality(Loss):
             raise ValueError(
                 f"alpha, beta and within_margin must be >= 0, got {alpha}, {beta}, {within_margin}"
             )
-        if negatives not in NEGATIVE_MODES:
-            raise ValueError(f"negatives must be one of {NEGATIVE_MODES}, got {negatives!r}")
+        check_choice("negatives", negatives, NEGATIVE_MODES)
         self.alpha = alpha
         self.beta = beta
         self.within_margin = within_margin
         self.negatives = negatives
 
-    def _modalities(
+    def prepare(
         self,
+        *,
         image: Tensor,
         text: Tensor,
-        neighbor_image: Tensor | None,
-        neighbor_text: Tensor | None,
-        neighbor_of: Tensor | None,
-        neighbor_group_ids: Tensor | None,
-        group_ids: Tensor | None,
-    ) -> tuple[list[tuple[str, float, Tensor, Tensor, Tensor]], Tensor]:
-        """Guards, then ``(modality, weight, anchors, positives, batch rows)`` for text (Eq. 6) and image
-        (Eq. 7), and the ``[M, B]`` mask of valid negatives."""
+        neighbor_image: Tensor | None = None,
+        neighbor_text: Tensor | None = None,
+        neighbor_of: Tensor | None = None,
+        neighbor_group_ids: Tensor | None = None,
+        group_ids: Tensor | None = None,
+        **_: Tensor,
+    ) -> NeighbourPairs:
+        """Guards, then the text (Eq. 6) and image (Eq. 7) terms and their ``[M, B]`` valid-negative mask.
+        Unlike ``within_modality`` it takes ``[M, K, D]`` sets and an empty neighbour set (a batch whose
+        anchors drew no neighbour)."""
         if neighbor_image is None or neighbor_text is None or neighbor_of is None:
             raise LossPreconditionError(
                 "pvse_within_modality needs neighbor_image, neighbor_text [M, K, D] and neighbor_of [M]: sample "
@@ -154,65 +167,32 @@ class PvseWithinModality(Loss):
             raise LossPreconditionError(
                 f"neighbor_group_ids must have shape ({num_neighbors},), got {tuple(neighbor_group_ids.shape)}"
             )
-        groups = default_group_ids(group_ids, batch, image.device)
-        valid_negative = neighbour_negative_mask(groups, neighbor_of, neighbor_group_ids)
-        modalities = [
-            ("text", self.alpha, text[neighbor_of], neighbor_text, text),
-            ("image", self.beta, image[neighbor_of], neighbor_image, image),
-        ]
-        return modalities, valid_negative
+        neighbours = Neighbours(neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids)
+        return neighbour_pairs(image, text, neighbours, group_ids, self.alpha, self.beta)
 
-    def forward(
-        self,
-        *,
-        image: Tensor,
-        text: Tensor,
-        neighbor_image: Tensor | None = None,
-        neighbor_text: Tensor | None = None,
-        neighbor_of: Tensor | None = None,
-        neighbor_group_ids: Tensor | None = None,
-        group_ids: Tensor | None = None,
-        **_: Tensor,
-    ) -> LossOutput:
-        modalities, valid_negative = self._modalities(
-            image, text, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids, group_ids
-        )
-        losses: LossOutput = {}
-        for modality, weight, anchors, positives, pool in modalities:
-            term = within_modality_hinge(
-                anchors, positives, pool, valid_negative, self.within_margin, self.negatives
+    def compute(self, pairs: NeighbourPairs) -> LossOutput:
+        return {
+            f"{term.modality}_within_modality_loss": term.weight
+            * within_modality_hinge(
+                term.anchors,
+                term.positives,
+                term.pool,
+                pairs.negative_mask,
+                self.within_margin,
+                self.negatives,
             )
-            losses[f"{modality}_within_modality_loss"] = weight * term
-        return losses
+            for term in pairs.terms
+        }
 
-    @torch.no_grad()
-    def diagnostics(
-        self,
-        *,
-        image: Tensor,
-        text: Tensor,
-        neighbor_image: Tensor | None = None,
-        neighbor_text: Tensor | None = None,
-        neighbor_of: Tensor | None = None,
-        neighbor_group_ids: Tensor | None = None,
-        group_ids: Tensor | None = None,
-        **_: Tensor,
-    ) -> dict[str, Tensor]:
+    def contributions(self, pairs: NeighbourPairs) -> dict[str, Tensor]:
         """COCOS per neighbour pair, keyed ``within_text`` / ``within_image`` as ``within_modality`` reports
         it. A batch without neighbour pairs has no queries for this loss and reports nothing (an empty count
         would have no per-query mean)."""
-        modalities, valid_negative = self._modalities(
-            image, text, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids, group_ids
-        )
-        if valid_negative.shape[0] == 0:
+        if pairs.negative_mask.shape[0] == 0:
             return {}
-        summary: dict[str, Tensor] = {}
-        for modality, weight, anchors, positives, pool in modalities:
-            if weight == 0:  # a switched-off term (an ablation) sends no gradient to any negative
-                counts = anchors.new_zeros(anchors.shape[0], dtype=torch.long)
-            else:
-                counts = within_modality_contributions(
-                    anchors, positives, pool, valid_negative, self.within_margin, self.negatives
-                )
-            summary.update(contribution_summary(f"within_{modality}", counts))
-        return summary
+        return neighbour_contributions(pairs, self._count)
+
+    def _count(self, term: NeighbourTerm, negative_mask: Tensor) -> Tensor:
+        return within_modality_contributions(
+            term.anchors, term.positives, term.pool, negative_mask, self.within_margin, self.negatives
+        )

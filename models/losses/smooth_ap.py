@@ -6,7 +6,8 @@ import torch
 from torch import Tensor
 
 from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
-from models.losses.sampled_softmax import COCOS_EPS, scaled_scores_and_positives
+from models.losses.checks import COCOS_EPS
+from models.losses.softmax_terms import ScoredPairs, scored_pairs
 
 
 def smooth_ranks(scores: Tensor, positives: Tensor, temperature: float) -> tuple[Tensor, Tensor, Tensor]:
@@ -47,7 +48,7 @@ def smooth_ap_contributing_triplets(
 
 
 @register_loss("smooth_ap")
-class SmoothAp(Loss):
+class SmoothAp(Loss[ScoredPairs]):
     """SmoothAP (Bleeker & de Rijke Eq. 8) in both directions, weighted 0.5/0.5; τ = 0.01 as in Table 1.
 
     The candidates of a query are all batch items of the other modality; its positives are those of
@@ -60,40 +61,37 @@ class SmoothAp(Loss):
 
     needs = frozenset({"group_mates"})
 
-    def __init__(self, temperature: float = 0.01, diagnostic_eps: float = COCOS_EPS) -> None:
+    def __init__(self, temperature: float = 0.01, cocos_eps: float = COCOS_EPS) -> None:
         super().__init__()
         if temperature <= 0:
             raise LossPreconditionError(
                 f"temperature={temperature} must be positive; Bleeker & de Rijke use 0.01"
             )
         self.temperature = temperature
-        self.diagnostic_eps = diagnostic_eps
+        self.cocos_eps = cocos_eps
 
-    def _scores_and_positives(self, embeddings: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        scores, positives = scaled_scores_and_positives(embeddings, 1.0)
-        if bool((positives.sum(dim=1) == 1).all()):
+    def prepare(self, **inputs: Tensor) -> ScoredPairs:
+        scores = scored_pairs(inputs)
+        if bool((scores.positives.sum(dim=1) == 1).all()):
             raise LossPreconditionError(
                 "every query has exactly one positive, where SmoothAP degenerates to a per-triplet sigmoid; "
                 "build batches with several positives per query (sample P images x their C captions, "
                 "repeat each image row per caption) and pass group_ids with one id per image"
             )
-        return scores, positives
+        return scores
 
-    def forward(self, **embeddings: Tensor) -> LossOutput:
-        scores, positives = self._scores_and_positives(embeddings)
+    def compute(self, scores: ScoredPairs) -> LossOutput:
         return {
-            "image_to_text_loss": 0.5 * smooth_ap_loss(scores, positives, self.temperature),
-            "text_to_image_loss": 0.5 * smooth_ap_loss(scores.T, positives, self.temperature),
+            "image_to_text_loss": 0.5 * smooth_ap_loss(scores.scores, scores.positives, self.temperature),
+            "text_to_image_loss": 0.5 * smooth_ap_loss(scores.scores.T, scores.positives, self.temperature),
         }
 
-    def diagnostics(self, **embeddings: Tensor) -> dict[str, Tensor]:
-        scores, positives = self._scores_and_positives(embeddings)
+    def contributions(self, scores: ScoredPairs) -> dict[str, Tensor]:
         result = {}
-        with torch.no_grad():
-            for name, queries in (("image_to_text", scores), ("text_to_image", scores.T)):
-                triplets = smooth_ap_contributing_triplets(
-                    queries, positives, self.temperature, self.diagnostic_eps
-                )
-                result[f"{name}_contributing_triplets"] = triplets
-                result[f"{name}_no_gradient"] = triplets == 0
+        for name, queries in (("image_to_text", scores.scores), ("text_to_image", scores.scores.T)):
+            triplets = smooth_ap_contributing_triplets(
+                queries, scores.positives, self.temperature, self.cocos_eps
+            )
+            result[f"{name}_contributing_triplets"] = triplets
+            result[f"{name}_no_gradient"] = triplets == 0
         return result

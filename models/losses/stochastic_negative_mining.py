@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
-from models.losses.sampled_softmax import (
-    COCOS_EPS,
+from models.losses.base import Loss, LossOutput, register_loss
+from models.losses.checks import COCOS_EPS
+from models.losses.softmax_terms import (
+    ScoredPairs,
+    check_logit_scale,
     check_mining_parameters,
-    cocos_from_weights,
+    direction_losses,
     kept_negative_count,
     masked_logsumexp,
     multi_positive_cross_entropy,
-    per_query_gradient_weights,
-    scaled_scores_and_positives,
+    query_cocos,
+    scored_pairs,
     top_k_mask,
     trained_directions,
 )
@@ -31,7 +33,7 @@ def stochastic_negative_mining_loss(
 
 
 @register_loss("stochastic_negative_mining")
-class StochasticNegativeMining(Loss):
+class StochasticNegativeMining(Loss[ScoredPairs]):
     """Sampled Softmax whose per-query partition keeps only the hardest negatives (Veit & Wilber Eq. 3).
 
     ``k`` is ``top_k`` when given, else ``ceil(fraction * #negatives of the query)``; Veit & Wilber
@@ -45,31 +47,27 @@ class StochasticNegativeMining(Loss):
         fraction: float = 0.5,
         top_k: int | None = None,
         symmetric: bool = True,
-        diagnostic_eps: float = COCOS_EPS,
+        cocos_eps: float = COCOS_EPS,
     ) -> None:
         super().__init__()
-        if scale <= 0:
-            raise LossPreconditionError(f"scale={scale} must be positive; Veit & Wilber §4.2 use λ = 20")
+        check_logit_scale(scale)
         check_mining_parameters(fraction, top_k)
         self.scale = scale
         self.fraction = fraction
         self.top_k = top_k
         self.symmetric = symmetric
-        self.diagnostic_eps = diagnostic_eps
+        self.cocos_eps = cocos_eps
 
     def _loss(self, logits: Tensor, positives: Tensor) -> Tensor:
         return stochastic_negative_mining_loss(logits, positives, self.fraction, self.top_k)
 
-    def forward(self, **embeddings: Tensor) -> LossOutput:
-        logits, positives = scaled_scores_and_positives(embeddings, self.scale)
-        directions = trained_directions(logits, self.symmetric)
-        weight = 1.0 / len(directions)
-        return {f"{name}_loss": weight * self._loss(queries, positives) for name, queries in directions}
+    def prepare(self, **inputs: Tensor) -> ScoredPairs:
+        return scored_pairs(inputs, self.scale)
 
-    def diagnostics(self, **embeddings: Tensor) -> dict[str, Tensor]:
-        logits, positives = scaled_scores_and_positives(embeddings, self.scale)
-        result = {}
-        for name, queries in trained_directions(logits, self.symmetric):
-            weights = per_query_gradient_weights(lambda x: self._loss(x, positives), queries)
-            result |= cocos_from_weights(weights, positives, self.diagnostic_eps, name)
-        return result
+    def compute(self, logits: ScoredPairs) -> LossOutput:
+        directions = trained_directions(logits.scores, self.symmetric)
+        return direction_losses(directions, logits.positives, self._loss)
+
+    def contributions(self, logits: ScoredPairs) -> dict[str, Tensor]:
+        directions = trained_directions(logits.scores, self.symmetric)
+        return query_cocos(directions, logits.positives, self._loss, self.cocos_eps)

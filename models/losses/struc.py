@@ -15,17 +15,20 @@ import math
 import torch
 from torch import Tensor
 
-from models.losses.angular import check_embedding_matrix, check_negative_mask, contribution_summary
-from models.losses.base import (
-    Loss,
-    LossOutput,
-    LossPreconditionError,
+from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
+from models.losses.checks import (
+    DISTANCES,
+    check_choice,
+    check_embedding_matrix,
+    check_negative_mask,
     check_pair_embeddings,
+    contribution_summary,
     default_group_ids,
-    register_loss,
+    neighbour_negative_mask,
+    paired_distance,
+    pairwise_distance,
+    require_neighbours,
 )
-from models.losses.triplet import DISTANCES, paired_distance, pairwise_distance
-from models.losses.within_modality import NEIGHBOUR_KEYWORDS, neighbour_negative_mask, require_neighbours
 
 SPACES = ("text", "image")
 GROUP_SOURCES = ("ground_truth", "neighbors")
@@ -55,7 +58,7 @@ def structure_contributions(violations: Tensor, top_k: int | None) -> Tensor:
 
 
 @register_loss("struc")
-class Struc(Loss):
+class Struc(Loss[Tensor]):
     """Structure-preserving loss in one space (``space``), the mean over (anchor, group mate) pairs, times
     ``weight``. ``group_source="neighbors"`` needs the sampled-neighbour keywords; it then uses both
     (batch row, neighbour) and (neighbour, batch row) as anchor-positive pairs, negatives being batch rows
@@ -72,16 +75,11 @@ class Struc(Loss):
         distance: str = "euclidean",
     ) -> None:
         super().__init__()
-        if space not in SPACES:
-            raise LossPreconditionError(f"Struc space {space!r} is unknown; choose one of {SPACES}")
-        if group_source not in GROUP_SOURCES:
-            raise LossPreconditionError(
-                f"group_source {group_source!r} is unknown; choose one of {GROUP_SOURCES}"
-            )
+        check_choice("Struc space", space, SPACES)
+        check_choice("group_source", group_source, GROUP_SOURCES)
         if top_k is not None and top_k < 1:
             raise LossPreconditionError(f"top_k={top_k}: keep at least one negative, or None for all of them")
-        if distance not in DISTANCES:
-            raise LossPreconditionError(f"distance {distance!r} is unknown; choose one of {DISTANCES}")
+        check_choice("distance", distance, DISTANCES)
         self.space = space
         self.margin = margin
         self.weight = weight
@@ -90,40 +88,26 @@ class Struc(Loss):
         self.distance = distance
         if group_source == "neighbors":
             # per instance: only this configuration makes the trainer sample neighbours
-            self.needs = frozenset(NEIGHBOUR_KEYWORDS)
+            self.needs = frozenset(NEIGHBOR_KEYWORDS)
         else:
             self.needs = frozenset({"group_mates"})
 
-    def _violations(
-        self,
-        image: Tensor,
-        text: Tensor,
-        group_ids: Tensor | None,
-        neighbor_image: Tensor | None,
-        neighbor_text: Tensor | None,
-        neighbor_of: Tensor | None,
-        neighbor_group_ids: Tensor | None,
+    def prepare(
+        self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **inputs: Tensor
     ) -> Tensor:
+        """The ``[Q, P]`` violations of every (anchor-positive pair, pool row), −inf where no negative."""
         check_pair_embeddings(image, text)
         embeddings = text if self.space == "text" else image
         check_embedding_matrix(self.space, embeddings, unit_norm=self.distance == "cosine")
         groups = default_group_ids(group_ids, embeddings.shape[0], embeddings.device)
         if self.group_source == "ground_truth":
             return self._ground_truth_violations(embeddings, groups)
-        neighbor_image, neighbor_text, neighbor_of = require_neighbours(
-            image.shape[0],
-            image.shape[-1],
-            neighbor_image,
-            neighbor_text,
-            neighbor_of,
-            neighbor_group_ids,
-            group_ids,
-        )
-        neighbours = neighbor_text if self.space == "text" else neighbor_image
+        sampled = require_neighbours(image, group_ids, inputs)
+        neighbours = sampled.text if self.space == "text" else sampled.image
         check_embedding_matrix(f"neighbor_{self.space}", neighbours, unit_norm=self.distance == "cosine")
-        mask = neighbour_negative_mask(groups, neighbor_of, neighbor_group_ids)
-        anchor_to_positive = paired_distance(embeddings[neighbor_of], neighbours, self.distance)
-        batch_to_pool = pairwise_distance(embeddings, embeddings, self.distance)[neighbor_of]
+        mask = neighbour_negative_mask(groups, sampled.of, sampled.group_ids)
+        anchor_to_positive = paired_distance(embeddings[sampled.of], neighbours, self.distance)
+        batch_to_pool = pairwise_distance(embeddings, embeddings, self.distance)[sampled.of]
         neighbour_to_pool = pairwise_distance(neighbours, embeddings, self.distance)
         return torch.cat(
             [
@@ -152,37 +136,8 @@ class Struc(Loss):
             anchor_to_positive, distances[anchor_index], ~same_group[anchor_index], self.margin
         )
 
-    def forward(
-        self,
-        *,
-        image: Tensor,
-        text: Tensor,
-        group_ids: Tensor | None = None,
-        neighbor_image: Tensor | None = None,
-        neighbor_text: Tensor | None = None,
-        neighbor_of: Tensor | None = None,
-        neighbor_group_ids: Tensor | None = None,
-        **unused: Tensor,
-    ) -> LossOutput:
-        violations = self._violations(
-            image, text, group_ids, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids
-        )
+    def compute(self, violations: Tensor) -> LossOutput:
         return {f"struc_{self.space}_loss": self.weight * structure_terms(violations, self.top_k).mean()}
 
-    @torch.no_grad()
-    def diagnostics(
-        self,
-        *,
-        image: Tensor,
-        text: Tensor,
-        group_ids: Tensor | None = None,
-        neighbor_image: Tensor | None = None,
-        neighbor_text: Tensor | None = None,
-        neighbor_of: Tensor | None = None,
-        neighbor_group_ids: Tensor | None = None,
-        **unused: Tensor,
-    ) -> dict[str, Tensor]:
-        violations = self._violations(
-            image, text, group_ids, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids
-        )
+    def contributions(self, violations: Tensor) -> dict[str, Tensor]:
         return contribution_summary(f"struc_{self.space}", structure_contributions(violations, self.top_k))

@@ -8,27 +8,29 @@ group nor to the neighbour's group (so the neighbour item, when it is also in th
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
-from models.losses.angular import (
-    ANGULAR_FORMS,
+from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
+from models.losses.checks import (
     COCOS_EPS,
+    DISTANCES,
+    check_choice,
+    check_embedding_matrix,
+    check_pair_embeddings,
+    require_neighbours,
+)
+from models.losses.pair_terms import (
+    ANGULAR_FORMS,
+    NeighbourPairs,
+    NeighbourTerm,
     angular_npair_contributions,
     angular_npair_terms,
-    check_embedding_matrix,
-    contribution_summary,
+    neighbour_contributions,
+    neighbour_pairs,
     tan_squared,
+    triplet_contributions,
+    triplet_terms,
 )
-from models.losses.base import (
-    Loss,
-    LossOutput,
-    LossPreconditionError,
-    check_pair_embeddings,
-    default_group_ids,
-    register_loss,
-)
-from models.losses.triplet import DISTANCES, triplet_contributions, triplet_terms
 
 #: α (weight of L_text) and β (weight of L_img) chosen on held-out data in §3.3 of the paper.
 PAPER_WEIGHTS: dict[str, dict[str, float]] = {
@@ -36,81 +38,9 @@ PAPER_WEIGHTS: dict[str, dict[str, float]] = {
     "triplet": {"alpha": 0.3, "beta": 0.1},
 }
 
-NEIGHBOUR_KEYWORDS = ("neighbor_image", "neighbor_text", "neighbor_of")
-
-
-def neighbour_negative_mask(
-    group_ids: Tensor, neighbor_of: Tensor, neighbor_group_ids: Tensor | None
-) -> Tensor:
-    """``[M, B]`` bool: batch row j is a negative for neighbour pair m (Eq. 6-7, i ≠ j)."""
-    mask = group_ids.unsqueeze(0) != group_ids[neighbor_of].unsqueeze(1)
-    if neighbor_group_ids is not None:
-        mask &= group_ids.unsqueeze(0) != neighbor_group_ids.unsqueeze(1)
-    return mask
-
-
-def require_neighbours(
-    batch_size: int,
-    dim: int,
-    neighbor_image: Tensor | None,
-    neighbor_text: Tensor | None,
-    neighbor_of: Tensor | None,
-    neighbor_group_ids: Tensor | None,
-    group_ids: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Guard: neighbour tensors present, shaped alike, and pointing at rows of the batch; returns
-    ``(neighbor_image, neighbor_text, neighbor_of)``."""
-    missing = [
-        name
-        for name, value in zip(NEIGHBOUR_KEYWORDS, (neighbor_image, neighbor_text, neighbor_of), strict=True)
-        if value is None
-    ]
-    if missing:
-        raise LossPreconditionError(
-            f"this loss needs sampled semantic neighbours but got no {', '.join(missing)}: train with a "
-            "neighbor_source (e.g. Doc2Vec neighbours, Eq. 5) so every batch carries neighbor_image, "
-            "neighbor_text and neighbor_of"
-        )
-    assert neighbor_image is not None and neighbor_text is not None and neighbor_of is not None  # for mypy
-    num_neighbours = neighbor_of.shape[0]
-    if (
-        neighbor_of.dim() != 1
-        or num_neighbours == 0
-        or neighbor_of.dtype.is_floating_point
-        or neighbor_of.dtype == torch.bool
-    ):
-        raise LossPreconditionError(
-            f"neighbor_of must be a non-empty 1-D integer index tensor, got {neighbor_of.dtype} "
-            f"{tuple(neighbor_of.shape)}: one batch row index per sampled neighbour"
-        )
-    for name, value in (("neighbor_image", neighbor_image), ("neighbor_text", neighbor_text)):
-        if value.shape != (num_neighbours, dim):
-            raise LossPreconditionError(
-                f"{name} has shape {tuple(value.shape)}, expected ({num_neighbours}, {dim}): one row per "
-                "entry of neighbor_of, in the batch's embedding width"
-            )
-    if int(neighbor_of.min()) < 0 or int(neighbor_of.max()) >= batch_size:
-        raise LossPreconditionError(
-            f"neighbor_of holds indices outside [0, {batch_size}): it must index rows of this batch (offset "
-            "indices when gathering batches from several processes)"
-        )
-    if neighbor_group_ids is not None:
-        if neighbor_group_ids.shape != (num_neighbours,):
-            raise LossPreconditionError(
-                f"neighbor_group_ids has shape {tuple(neighbor_group_ids.shape)}, "
-                f"expected ({num_neighbours},): one group id per neighbour row"
-            )
-        if group_ids is None:
-            raise LossPreconditionError(
-                "neighbor_group_ids was given without group_ids: pass the batch rows' group_ids in the same "
-                "id space, otherwise the neighbour's own batch row cannot be recognised and excluded as a "
-                "negative"
-            )
-    return neighbor_image, neighbor_text, neighbor_of
-
 
 @register_loss("within_modality")
-class WithinModality(Loss):
+class WithinModality(Loss[NeighbourPairs]):
     """α·L_text + β·L_img (Eq. 6-8): pull each item's sampled semantic neighbour close in both modalities.
 
     ``form="angular"`` uses the angular N-pair term (``angular_form`` smooth/hinge, ``alpha_degrees``) as
@@ -119,7 +49,7 @@ class WithinModality(Loss):
     Each term is the mean over the neighbour pairs.
     """
 
-    needs = frozenset(NEIGHBOUR_KEYWORDS)
+    needs = frozenset(NEIGHBOR_KEYWORDS)
 
     def __init__(
         self,
@@ -137,12 +67,8 @@ class WithinModality(Loss):
             raise LossPreconditionError(
                 f"within-modality form {form!r} is unknown; choose one of {sorted(PAPER_WEIGHTS)}"
             )
-        if angular_form not in ANGULAR_FORMS:
-            raise LossPreconditionError(
-                f"angular_form {angular_form!r} is unknown; choose one of {ANGULAR_FORMS}"
-            )
-        if distance not in DISTANCES:
-            raise LossPreconditionError(f"distance {distance!r} is unknown; choose one of {DISTANCES}")
+        check_choice("angular_form", angular_form, ANGULAR_FORMS)
+        check_choice("distance", distance, DISTANCES)
         self.form = form
         self.alpha = PAPER_WEIGHTS[form]["alpha"] if alpha is None else alpha
         self.beta = PAPER_WEIGHTS[form]["beta"] if beta is None else beta
@@ -153,101 +79,65 @@ class WithinModality(Loss):
         self.cocos_eps = cocos_eps
 
     def _unit_norm_needed(self) -> bool:
+        """The smooth angular form and the cosine distance assume unit vectors; the others do not."""
         if self.form == "angular":
             return self.angular_form == "smooth"
         return self.distance == "cosine"
 
-    def _modalities(
-        self,
-        image: Tensor,
-        text: Tensor,
-        group_ids: Tensor | None,
-        neighbor_image: Tensor | None,
-        neighbor_text: Tensor | None,
-        neighbor_of: Tensor | None,
-        neighbor_group_ids: Tensor | None,
-    ) -> tuple[list[tuple[str, float, Tensor, Tensor, Tensor]], Tensor]:
-        """Guards, then (name, weight, anchors, positives, batch pool) per modality and the negative mask."""
+    def prepare(
+        self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **inputs: Tensor
+    ) -> NeighbourPairs:
         check_pair_embeddings(image, text)
-        neighbor_image, neighbor_text, neighbor_of = require_neighbours(
-            image.shape[0],
-            image.shape[-1],
-            neighbor_image,
-            neighbor_text,
-            neighbor_of,
-            neighbor_group_ids,
-            group_ids,
-        )
+        neighbours = require_neighbours(image, group_ids, inputs)
         unit_norm = self._unit_norm_needed()
         for name, value in (
             ("image", image),
             ("text", text),
-            ("neighbor_image", neighbor_image),
-            ("neighbor_text", neighbor_text),
+            ("neighbor_image", neighbours.image),
+            ("neighbor_text", neighbours.text),
         ):
             check_embedding_matrix(name, value, unit_norm=unit_norm)
-        groups = default_group_ids(group_ids, image.shape[0], image.device)
-        mask = neighbour_negative_mask(groups, neighbor_of, neighbor_group_ids)
-        modalities = [
-            ("within_text", self.alpha, text[neighbor_of], neighbor_text, text),
-            ("within_image", self.beta, image[neighbor_of], neighbor_image, image),
-        ]
-        return modalities, mask
+        return neighbour_pairs(image, text, neighbours, group_ids, self.alpha, self.beta)
 
-    def forward(
-        self,
-        *,
-        image: Tensor,
-        text: Tensor,
-        group_ids: Tensor | None = None,
-        neighbor_image: Tensor | None = None,
-        neighbor_text: Tensor | None = None,
-        neighbor_of: Tensor | None = None,
-        neighbor_group_ids: Tensor | None = None,
-        **unused: Tensor,
-    ) -> LossOutput:
-        modalities, mask = self._modalities(
-            image, text, group_ids, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids
-        )
+    def compute(self, pairs: NeighbourPairs) -> LossOutput:
         losses: LossOutput = {}
-        for name, weight, anchors, positives, pool in modalities:
+        for term in pairs.terms:
             if self.form == "angular":
-                terms = angular_npair_terms(anchors, positives, pool, mask, self.angular_form, self.tan_sq)
+                terms = angular_npair_terms(
+                    term.anchors,
+                    term.positives,
+                    term.pool,
+                    pairs.negative_mask,
+                    self.angular_form,
+                    self.tan_sq,
+                )
             else:
-                terms = triplet_terms(anchors, positives, pool, mask, self.distance, self.margin, "all")
-            losses[f"{name}_loss"] = weight * terms.mean()
+                terms = triplet_terms(
+                    term.anchors,
+                    term.positives,
+                    term.pool,
+                    pairs.negative_mask,
+                    self.distance,
+                    self.margin,
+                    "all",
+                )
+            losses[f"within_{term.modality}_loss"] = term.weight * terms.mean()
         return losses
 
-    @torch.no_grad()
-    def diagnostics(
-        self,
-        *,
-        image: Tensor,
-        text: Tensor,
-        group_ids: Tensor | None = None,
-        neighbor_image: Tensor | None = None,
-        neighbor_text: Tensor | None = None,
-        neighbor_of: Tensor | None = None,
-        neighbor_group_ids: Tensor | None = None,
-        **unused: Tensor,
-    ) -> dict[str, Tensor]:
-        modalities, mask = self._modalities(
-            image, text, group_ids, neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids
+    def contributions(self, pairs: NeighbourPairs) -> dict[str, Tensor]:
+        return neighbour_contributions(pairs, self._count)
+
+    def _count(self, term: NeighbourTerm, negative_mask: Tensor) -> Tensor:
+        if self.form == "angular":
+            return angular_npair_contributions(
+                term.anchors,
+                term.positives,
+                term.pool,
+                negative_mask,
+                self.angular_form,
+                self.tan_sq,
+                self.cocos_eps,
+            )
+        return triplet_contributions(
+            term.anchors, term.positives, term.pool, negative_mask, self.distance, self.margin, "all"
         )
-        summary: dict[str, Tensor] = {}
-        for name, weight, anchors, positives, pool in modalities:
-            if weight == 0:  # a switched-off term (Table 4 ablations) sends no gradient to any negative
-                summary.update(
-                    contribution_summary(name, anchors.new_zeros(anchors.shape[0], dtype=torch.long))
-                )
-                continue
-            if self.form == "angular":
-                counts = angular_npair_contributions(
-                    anchors, positives, pool, mask, self.angular_form, self.tan_sq, self.cocos_eps
-                )
-            else:
-                counts = triplet_contributions(
-                    anchors, positives, pool, mask, self.distance, self.margin, "all"
-                )
-            summary.update(contribution_summary(name, counts))
-        return summary

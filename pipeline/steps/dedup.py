@@ -44,6 +44,11 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 _PUNCTUATION = re.compile(r"[^\w\s]|_")
 _SNIPPET_CHARS = 80
 _N_EXAMPLE_CLUSTERS = 5
+#: the defaults of :func:`deduplicate`; equal to the profiles' ``dedup_threshold`` / ``dedup_num_perm`` /
+#: ``dedup_shingle_size`` (tests/test_dedup.py checks), so the one-shot call agrees with the pipeline
+DEFAULT_THRESHOLD = 0.7
+DEFAULT_NUM_PERM = 128
+DEFAULT_SHINGLE_SIZE = 3
 
 
 def normalise_for_dedup(text: str) -> list[str]:
@@ -402,24 +407,6 @@ class DedupIndex:
         return index
 
 
-def find_duplicate_clusters(
-    pair_ids: Sequence[str],
-    signatures: np.ndarray,
-    threshold: float,
-    num_perm: int,
-    *,
-    seed: int = 1,
-    lsh_threshold: float | None = None,
-) -> list[list[str]]:
-    """Clusters (size >= 2) of pairs whose estimated Jaccard reaches ``threshold``, joined transitively.
-
-    The result depends only on the (pair id, signature) set, not on the input order: each cluster
-    is sorted and clusters are sorted by their first id.
-    """
-    index = DedupIndex(threshold, num_perm, seed, lsh_threshold)
-    return index.add_and_find(list(pair_ids), signatures)
-
-
 @dataclass
 class DedupResult:
     """The manifest with one pair kept per cluster, the clusters, and a report."""
@@ -431,14 +418,19 @@ class DedupResult:
 
 def deduplicate(
     manifest: pd.DataFrame,
-    threshold: float = 0.6,
-    num_perm: int = 128,
-    shingle_size: int = 3,
+    threshold: float = DEFAULT_THRESHOLD,
+    num_perm: int = DEFAULT_NUM_PERM,
+    shingle_size: int = DEFAULT_SHINGLE_SIZE,
     *,
     seed: int = 1,
     lsh_threshold: float | None = None,
 ) -> DedupResult:
-    """Remove near-duplicate texts, keeping the smallest pair_id of each cluster (manifest order kept)."""
+    """Remove near-duplicate texts, keeping the smallest pair_id of each cluster (manifest order kept).
+
+    The one-shot form of :func:`deduplicate_into` (a fresh index): what a sharded, incremental run must
+    reproduce. Its defaults are the profiles' (``Profile.dedup_*``), so a call without settings removes
+    what the pipeline removes.
+    """
     index = DedupIndex(threshold, num_perm, seed, lsh_threshold)
     return deduplicate_into(index, manifest, shingle_size)
 

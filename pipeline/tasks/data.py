@@ -28,22 +28,30 @@ from pipeline.steps.image_cache import (
 from pipeline.steps.splits import SPLIT_SALT, assign_splits
 from pipeline.tasks.params import DatasetParams
 
-MANIFEST = "manifest.parquet"
-GROUND_TRUTH = "ground_truth.parquet"
-IMAGE_CACHE = "images.npy"
-IMAGE_SHARDS = "image_shards.json"
-REJECTS = "rejects.csv"
-DATASET_REPORT = "dataset_report.json"
-DEDUP_INDEX = "dedup_index.npz"
+#: what every dataset task writes: the manifest of the pairs it keeps (``cache_row`` into the image cache)
+MANIFEST_OUTPUT = {"manifest": "manifest.parquet"}
+#: the recipe's evaluation-only columns (topic, duplicate clusters, ...), when the dataset has them
+PREPARED_OUTPUTS = {
+    **MANIFEST_OUTPUT,
+    "ground_truth": "ground_truth.parquet",
+    "rejects": "rejects.csv",
+    "report": "dataset_report.json",
+}
 
 
-def read_manifest(task_dir: Path) -> pd.DataFrame:
-    return pd.read_parquet(Path(task_dir) / MANIFEST)
+class ManifestTask:
+    """Reader of the manifest every dataset task writes (mixed into the tasks that write it)."""
+
+    def manifest(self) -> pd.DataFrame:
+        return self.load("manifest")
 
 
-def read_ground_truth(task_dir: Path) -> pd.DataFrame | None:
-    path = Path(task_dir) / GROUND_TRUTH
-    return pd.read_parquet(path) if path.exists() else None
+class PreparedTask(ManifestTask):
+    """Readers of what the preparation tasks write besides the manifest."""
+
+    def ground_truth(self) -> pd.DataFrame | None:
+        """The recipe's evaluation-only columns (topic, duplicate clusters, ...); None when it has none."""
+        return self.load("ground_truth", missing_ok=True)
 
 
 def integer_group_ids(manifest: pd.DataFrame) -> pd.Series:
@@ -54,7 +62,7 @@ def integer_group_ids(manifest: pd.DataFrame) -> pd.Series:
     return pd.Series(pd.factorize(keys)[0], index=manifest.index, dtype="int64")
 
 
-class PrepareShard(DatasetParams, HashedTask):
+class PrepareShard(PreparedTask, DatasetParams, HashedTask):
     """One raw folder -> validated manifest (``cache_row`` into this shard's cache) + its image cache.
 
     Bad rows are rejected with a reason into ``rejects.csv`` (nothing disappears silently); the run stops
@@ -63,6 +71,7 @@ class PrepareShard(DatasetParams, HashedTask):
     """
 
     shard_dir = luigi.Parameter(default="", description="raw folder of this shard (see DatasetParams)")
+    outputs = {**PREPARED_OUTPUTS, "images": "images.npy"}
 
     def config(self) -> dict[str, Any]:
         return {
@@ -80,9 +89,9 @@ class PrepareShard(DatasetParams, HashedTask):
         manifest = resolve_image_paths(check_manifest_columns(recipe.manifest), recipe.image_root)
         n_input = len(manifest)
         kept, record_rejects = validate_records(manifest)
-        cache = build_image_cache(kept, self.settings.image_cache_size, work_dir / IMAGE_CACHE)
+        cache = build_image_cache(kept, self.settings.image_cache_size, self.work_path(work_dir, "images"))
         rejects = pd.concat([record_rejects, cache.rejects], ignore_index=True)
-        rejects.to_csv(work_dir / REJECTS, index=False)
+        rejects.to_csv(self.work_path(work_dir, "rejects"), index=False)
         enforce_reject_budget(n_input, rejects, self.effective_reject_budget())
         rows = {pair_id: row for row, pair_id in enumerate(cache.pair_ids)}
         kept = kept[kept["pair_id"].isin(rows)].copy()
@@ -91,9 +100,9 @@ class PrepareShard(DatasetParams, HashedTask):
         kept["image_path"] = kept["image_path"].str.replace(
             str(work_dir), str(self.output_dir()), regex=False
         )
-        save_frame(work_dir / MANIFEST, kept.reset_index(drop=True))
+        save_frame(self.work_path(work_dir, "manifest"), kept.reset_index(drop=True))
         if recipe.ground_truth is not None:
-            save_frame(work_dir / GROUND_TRUTH, recipe.ground_truth.reset_index(drop=True))
+            save_frame(self.work_path(work_dir, "ground_truth"), recipe.ground_truth.reset_index(drop=True))
         summary = {
             "raw_dir": self.config()["raw_dir"],
             "n_input": n_input,
@@ -104,14 +113,20 @@ class PrepareShard(DatasetParams, HashedTask):
             "image_cache": cache.stats,
             "recipe_notes": recipe.notes,
         }
-        write_json(work_dir / DATASET_REPORT, summary)
+        write_json(self.work_path(work_dir, "report"), summary)
         return summary
 
 
-class PrepareDataset(DatasetParams, HashedTask):
+class PrepareDataset(PreparedTask, DatasetParams, HashedTask):
     """Every shard's manifest stacked in arrival order (``cache_row`` global over the shard caches listed in
     ``image_shards.json``). A pair_id already used by an earlier shard is rejected as ``duplicate_pair_id``.
     """
+
+    outputs = {**PREPARED_OUTPUTS, "image_shards": "image_shards.json"}
+
+    def images(self) -> np.ndarray | ShardedImageCache:
+        """The image cache, indexed by the manifest's ``cache_row`` (the shards' caches, read as one)."""
+        return load_prepared_images(self.output_dir())
 
     def requires(self) -> list[PrepareShard]:
         return [self.clone(PrepareShard, shard_dir=folder) for folder in self.shard_dirs()]
@@ -121,28 +136,28 @@ class PrepareDataset(DatasetParams, HashedTask):
         return {"shards": [shard.signature() for shard in self.requires()]}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        shard_dirs = [self.input_dir(shard) for shard in self.requires()]
+        shards = self.requires()
         stacked = stack_shards(
-            [read_manifest(folder) for folder in shard_dirs],
-            [len(load_image_cache(folder / IMAGE_CACHE)) for folder in shard_dirs],
+            [shard.manifest() for shard in shards],
+            [len(load_image_cache(shard.output_path("images"))) for shard in shards],
         )
-        shard_rejects = [
-            pd.read_csv(folder / REJECTS, dtype=str, keep_default_na=False) for folder in shard_dirs
-        ]
-        rejects = pd.concat([*shard_rejects, stacked.rejects], ignore_index=True)
-        rejects.to_csv(work_dir / REJECTS, index=False)
-        shard_reports = [read_json(folder / DATASET_REPORT) for folder in shard_dirs]
+        rejects = pd.concat(
+            [*(shard.load("rejects") for shard in shards), stacked.rejects], ignore_index=True
+        )
+        rejects.to_csv(self.work_path(work_dir, "rejects"), index=False)
+        shard_reports = [shard.load("report") for shard in shards]
         n_input = sum(report["n_input"] for report in shard_reports)
         enforce_reject_budget(n_input, rejects, self.effective_reject_budget())
-        save_frame(work_dir / MANIFEST, stacked.manifest)
+        save_frame(self.work_path(work_dir, "manifest"), stacked.manifest)
         write_json(
-            work_dir / IMAGE_SHARDS,
-            [os.path.relpath(folder / IMAGE_CACHE, self.output_dir()) for folder in shard_dirs],
+            self.work_path(work_dir, "image_shards"),
+            [os.path.relpath(shard.output_path("images"), self.output_dir()) for shard in shards],
         )
-        truths = [read_ground_truth(folder) for folder in shard_dirs]
+        truths = [shard.ground_truth() for shard in shards]
         if any(truth is not None for truth in truths):
             save_frame(
-                work_dir / GROUND_TRUTH, pd.concat([t for t in truths if t is not None], ignore_index=True)
+                self.work_path(work_dir, "ground_truth"),
+                pd.concat([t for t in truths if t is not None], ignore_index=True),
             )
         summary = {
             "n_input": n_input,
@@ -150,13 +165,13 @@ class PrepareDataset(DatasetParams, HashedTask):
             "n_rejected": len(rejects),
             "rejects_by_reason": reject_counts(rejects),
             "reject_budget": self.effective_reject_budget(),
-            "n_shards": len(shard_dirs),
+            "n_shards": len(shards),
             "shards": shard_reports,
             # single-shard keys the report reads (the first shard's recipe notes and cache stats)
             "image_cache": shard_reports[0]["image_cache"],
             "recipe_notes": shard_reports[0]["recipe_notes"],
         }
-        write_json(work_dir / DATASET_REPORT, summary)
+        write_json(self.work_path(work_dir, "report"), summary)
         return {key: value for key, value in summary.items() if key != "shards"}
 
 
@@ -191,17 +206,24 @@ def stack_shards(manifests: list[pd.DataFrame], cache_lengths: list[int]) -> Sta
 def load_prepared_images(prepared_dir: Path) -> np.ndarray | ShardedImageCache:
     """The image cache a PrepareDataset output points to, indexed by its manifest's ``cache_row``."""
     prepared_dir = Path(prepared_dir)
-    relative = read_json(prepared_dir / IMAGE_SHARDS)
+    relative = read_json(prepared_dir / PrepareDataset.outputs["image_shards"])
     return load_image_shards([(prepared_dir / path).resolve() for path in relative])
 
 
-class Deduplicate(DatasetParams, HashedTask):
+class Deduplicate(ManifestTask, DatasetParams, HashedTask):
     """MinHash LSH over word shingles of the text; keeps one pair per duplicate cluster.
 
     With shards, this builds on the previous shards' Deduplicate: it loads their persisted LSH index,
     hashes only the new pairs, and drops a new pair that duplicates an earlier one (or a smaller new
     pair_id); earlier pairs keep their status.
     """
+
+    outputs = {
+        **MANIFEST_OUTPUT,
+        "index": "dedup_index.npz",
+        "clusters": "clusters.json",
+        "report": "dedup_report.json",
+    }
 
     def requires(self) -> dict[str, HashedTask]:
         required: dict[str, HashedTask] = {"prepared": self.clone(PrepareDataset)}
@@ -219,20 +241,21 @@ class Deduplicate(DatasetParams, HashedTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         settings = self.config()
-        prepared = self.input_dir(self.requires()["prepared"])
-        manifest = read_manifest(prepared)
+        prepared = self.requires()["prepared"]
+        manifest = prepared.manifest()
         previous = self.requires().get("previous")
         if previous is None:
             index = DedupIndex(settings["threshold"], settings["num_perm"])
             kept_before: set[str] = set()
         else:
-            index = DedupIndex.load(self.input_dir(previous) / DEDUP_INDEX)
-            kept_before = set(read_manifest(self.input_dir(previous))["pair_id"])
+            index = DedupIndex.load(previous.output_path("index"))
+            kept_before = set(previous.manifest()["pair_id"])
         is_new = ~manifest["pair_id"].isin(set(index.pair_ids))
         result = deduplicate_into(index, manifest[is_new], settings["shingle_size"])
         kept_ids = kept_before | set(result.kept["pair_id"])
-        save_frame(work_dir / MANIFEST, manifest[manifest["pair_id"].isin(kept_ids)].reset_index(drop=True))
-        index.save(work_dir / DEDUP_INDEX)
+        kept = manifest[manifest["pair_id"].isin(kept_ids)].reset_index(drop=True)
+        save_frame(self.work_path(work_dir, "manifest"), kept)
+        index.save(self.work_path(work_dir, "index"))
         clusters = index.clusters()
         report = {
             **result.report,
@@ -243,18 +266,20 @@ class Deduplicate(DatasetParams, HashedTask):
             "n_new": int(is_new.sum()),
             "n_new_kept": len(result.kept),
         }
-        ground_truth = read_ground_truth(prepared)
+        ground_truth = prepared.ground_truth()
         if ground_truth is not None and "dup_cluster" in ground_truth.columns:
             present = ground_truth[ground_truth["pair_id"].isin(manifest["pair_id"])]
             report["against_injected"] = dedup_precision_recall(clusters, present)
-        write_json(work_dir / "clusters.json", clusters)
-        write_json(work_dir / "dedup_report.json", report)
+        write_json(self.work_path(work_dir, "clusters"), clusters)
+        write_json(self.work_path(work_dir, "report"), report)
         return {key: value for key, value in report.items() if key != "example_clusters"}
 
 
-class Split(DatasetParams, HashedTask):
+class Split(ManifestTask, DatasetParams, HashedTask):
     """Train/val/test by a hash of pair_id (or group_id), stable when data is added; the profile's fractions
     (80/10/10 unless it says otherwise)."""
+
+    outputs = MANIFEST_OUTPUT
 
     def requires(self) -> Deduplicate:
         return self.clone(Deduplicate)
@@ -264,9 +289,9 @@ class Split(DatasetParams, HashedTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         config = self.config()
-        manifest = assign_splits(read_manifest(self.input_dir(self.requires())), **config)
+        manifest = assign_splits(self.requires().manifest(), **config)
         manifest = manifest.sort_values("pair_id", kind="stable").reset_index(drop=True)
-        save_frame(work_dir / MANIFEST, manifest)
+        save_frame(self.work_path(work_dir, "manifest"), manifest)
         counts = manifest["split"].value_counts().to_dict()
         for split in config["fractions"]:
             if counts.get(split, 0) < 2:

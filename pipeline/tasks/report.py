@@ -11,55 +11,35 @@ import numpy as np
 from luigi.freezing import recursively_unfreeze
 
 from data_recipes import CAPTION_GROUP_RECIPES
-from evaluation.gallery import proximity_study, retrieval_examples, snippet, write_thumbnails
+from evaluation.evaluate import HEADLINE_PRESERVATION
+from evaluation.gallery import write_thumbnails
 from evaluation.report import (
     BASELINE_VARIANT,
     FIGURES_DIR,
     OURS_VARIANT,
+    QUALITATIVE,
     Qualitative,
     ReportInputs,
-    ShownItem,
     VariantRun,
     build_report,
+    common_seed,
+    compare_qualitatively,
+    qualitative_inputs,
 )
-from pipeline.base import META_FILE, HashedTask
-from pipeline.io import library_versions, read_json, save_text, write_json
+from pipeline.base import HashedTask
+from pipeline.io import library_versions, save_text, write_json
 from pipeline.profiles import get_profile
-from pipeline.tasks.cocos import COCOS_FILE, Cocos
-from pipeline.tasks.data import (
-    Deduplicate,
-    PrepareDataset,
-    Split,
-    integer_group_ids,
-    load_prepared_images,
-    read_manifest,
-)
-from pipeline.tasks.evaluation import (
-    CURVES,
-    HEADLINE_PRESERVATION,
-    TEST_IMAGE,
-    TEST_ROWS,
-    TEST_TEXT,
-    Evaluate,
-    retrieval_layout,
-)
+from pipeline.tasks.cocos import Cocos
+from pipeline.tasks.data import Deduplicate, PrepareDataset, Split, integer_group_ids
+from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.params import DatasetParams
-from pipeline.tasks.representations import DOC_VECTORS, NeighborTables, TrainDoc2Vec
+from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec
+from pipeline.tasks.training import Train
+from pipeline.validation import RunConfigurationError, check_run_names, exit_or_raise
 from pipeline.variants import paper_grid
 
-REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
-
-#: Figs. 5 and 6 (Thomas & Kovashka §4.4); hashed into the Report's output path
-QUALITATIVE = {
-    "seed": 0,
-    # exact Doc2Vec neighbours per test item; Eq. 5's k = 200 is meant for a training set, not a test split
-    "proximity_k": 10,
-    "proximity_pairs": 10_000,
-    "proximity_shown": 3,
-    "gallery_queries": 4,
-    "gallery_top_k": 3,
-    "snippet_chars": 160,
-}
+#: the headline, the significance table and Figs. 5–6 compare this method with this baseline
+HEADLINE_METHOD, HEADLINE_BASELINE = OURS_VARIANT, BASELINE_VARIANT
 
 
 class GridParams:
@@ -106,13 +86,48 @@ def all_upstream(task: luigi.Task) -> list[HashedTask]:
     return list(seen.values())
 
 
-def load_headline_preservation(folder: Path) -> dict[str, np.ndarray]:
+def load_headline_preservation(evaluation: Evaluate) -> dict[str, np.ndarray]:
     """Evaluate's per-sample neighbour preservation at the headline k, by modality (those it saved)."""
-    paths = {modality: folder / f"{name}.npy" for modality, name in HEADLINE_PRESERVATION.items()}
-    return {modality: np.load(path) for modality, path in paths.items() if path.is_file()}
+    arrays = {
+        modality: evaluation.load(name, missing_ok=True) for modality, name in HEADLINE_PRESERVATION.items()
+    }
+    return {modality: array for modality, array in arrays.items() if array is not None}
+
+
+def load_run(evaluation: Evaluate, train: Train) -> VariantRun:
+    """One evaluated (variant, seed) as the report reads it: Evaluate's metrics and arrays, and the
+    training summary of the checkpoint it evaluated."""
+    spec = evaluation.variant_spec()
+    return VariantRun(
+        variant=evaluation.variant,
+        label=spec["label"],
+        seed=evaluation.seed,
+        metrics=evaluation.load("metrics"),
+        training=train.meta()["summary"],
+        hits={name: evaluation.load(name) for name in ("i2t_hits", "t2i_hits")},
+        curves=evaluation.load("curves"),
+        loss_names=[loss["name"] for loss in spec["losses"]],
+        preservation=load_headline_preservation(evaluation),
+    )
+
+
+def task_row(task: HashedTask) -> dict[str, Any]:
+    """A task of the run metadata table: its family with the parameters that tell instances apart, its
+    output signature and wall time (from its meta file)."""
+    meta = task.meta()
+    label = task.get_task_family()
+    for param in ("space", "variant", "seed"):
+        if param in task.param_kwargs:
+            label += f"[{param}={task.param_kwargs[param]}]"
+    return {"task": label, "signature": meta["signature"], "wall_time_s": meta["wall_time_s"]}
 
 
 class Report(GridParams, DatasetParams, HashedTask):
+    """Reads every evaluation, COCOS result and data report of the grid and writes the report as Markdown,
+    HTML and JSON (the content is assembled by ``evaluation.report``)."""
+
+    outputs = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
+
     def evaluations(self) -> list[Evaluate]:
         return [
             self.clone(
@@ -122,18 +137,23 @@ class Report(GridParams, DatasetParams, HashedTask):
             for seed in self.seeds_for(variant)
         ]
 
+    def per_run(self, task_class: type[HashedTask]) -> list[HashedTask]:
+        """``task_class`` (Train, Cocos) of every evaluated (variant, seed), in the order of evaluations()."""
+        return [
+            self.clone(task_class, variant=e.variant, seed=e.seed, variant_overrides=e.variant_overrides)
+            for e in self.evaluations()
+        ]
+
     def requires(self) -> dict[str, Any]:
         return {
             "evaluations": self.evaluations(),
+            "trains": self.per_run(Train),
             "prepared": self.clone(PrepareDataset),
             "dedup": self.clone(Deduplicate),
             "split": self.clone(Split),
             "neighbors": [self.clone(NeighborTables, space=space) for space in ("text", "image")],
             "doc2vec": self.clone(TrainDoc2Vec),
-            "cocos": [
-                self.clone(Cocos, variant=e.variant, seed=e.seed, variant_overrides=e.variant_overrides)
-                for e in self.evaluations()
-            ],
+            "cocos": self.per_run(Cocos),
         }
 
     def config(self) -> dict[str, Any]:
@@ -142,126 +162,65 @@ class Report(GridParams, DatasetParams, HashedTask):
             "seeds": self.seed_plan(),
             "qualitative": QUALITATIVE,
             "headline": {
-                "method": OURS_VARIANT,
-                "baseline": BASELINE_VARIANT,
+                "method": HEADLINE_METHOD,
+                "baseline": HEADLINE_BASELINE,
                 "bootstrap_resamples": self.settings.eval.bootstrap_resamples,
             },
         }
 
     def qualitative(self, work_dir: Path) -> Qualitative | None:
-        """Figs. 5 and 6: ``ours`` against the baseline at their lowest common seed, with thumbnails."""
-        by_key = {(e.variant, e.seed): e for e in self.requires()["evaluations"]}
-        seeds = sorted(
-            seed for variant, seed in by_key if variant == OURS_VARIANT and (BASELINE_VARIANT, seed) in by_key
-        )
-        if not seeds:
-            return None
+        """Figs. 5 and 6: the method against the baseline at their lowest common seed, with thumbnails."""
         req = self.requires()
-        q = QUALITATIVE
-        ours_dir = by_key[(OURS_VARIANT, seeds[0])].output_dir()
-        base_dir = by_key[(BASELINE_VARIANT, seeds[0])].output_dir()
-        test_rows = np.load(ours_dir / TEST_ROWS)
-        if not np.array_equal(test_rows, np.load(base_dir / TEST_ROWS)):
-            raise RuntimeError(f"{ours_dir} and {base_dir} evaluated different test rows; rerun Evaluate")
-        ours = (np.load(ours_dir / TEST_IMAGE), np.load(ours_dir / TEST_TEXT))
-        baseline = (np.load(base_dir / TEST_IMAGE), np.load(base_dir / TEST_TEXT))
-        manifest = read_manifest(self.input_dir(req["split"]))
+        by_key = {(e.variant, e.seed): e for e in req["evaluations"]}
+        seed = common_seed(by_key, HEADLINE_METHOD, HEADLINE_BASELINE)
+        if seed is None:
+            return None
+        method, baseline = by_key[(HEADLINE_METHOD, seed)], by_key[(HEADLINE_BASELINE, seed)]
+        test_rows = method.load("test_rows")
+        if not np.array_equal(test_rows, baseline.load("test_rows")):
+            raise RuntimeError(
+                f"{method.output_dir()} and {baseline.output_dir()} evaluated different test rows; rerun Evaluate"
+            )
+        manifest = req["split"].manifest()
         test_manifest = manifest.iloc[test_rows]
-        groups = integer_group_ids(manifest).to_numpy()[test_rows]
         cache_rows = test_manifest["cache_row"].to_numpy()
         texts = test_manifest["text"].to_numpy()
-        layout = retrieval_layout(groups, cache_rows, texts)
-        proximity = None
-        if len(test_rows) >= 3:
-            doc_vectors = np.load(self.input_dir(req["doc2vec"]) / DOC_VECTORS)[test_rows]
-            proximity = proximity_study(
-                ours,
-                baseline,
-                doc_vectors,
-                q["proximity_k"],
-                q["proximity_pairs"],
-                q["seed"],
-                q["proximity_shown"],
-                group_ids=groups,
-            )
-        examples = retrieval_examples(
-            ours,
-            baseline,
-            layout.image_positions,
-            layout.text_positions,
-            groups,
-            q["gallery_queries"],
-            q["gallery_top_k"],
-            q["seed"],
-        )
-        shown = {
-            p for rows in examples.values() for e in rows for p in [e["query"]] + [r[0] for r in e["ours"]]
-        }
-        shown |= {r[0] for rows in examples.values() for e in rows for r in e["baseline"]}
-        if proximity is not None:
-            shown |= {p for m in ("image", "text") for a, b, _ in proximity[m]["smallest"] for p in (a, b)}
-        thumbnails = write_thumbnails(
-            load_prepared_images(self.input_dir(req["prepared"])),
+        comparison = compare_qualitatively(
+            (method.load("test_image"), method.load("test_text")),
+            (baseline.load("test_image"), baseline.load("test_text")),
+            req["doc2vec"].load("doc_vectors")[test_rows],
+            integer_group_ids(manifest).to_numpy()[test_rows],
             cache_rows,
-            shown,
+            texts,
+        )
+        thumbnails = write_thumbnails(
+            req["prepared"].images(),
+            cache_rows,
+            comparison.shown,
             work_dir / FIGURES_DIR / "thumbs",
             work_dir,
         )
-        items = {
-            p: ShownItem(text=snippet(texts[p], q["snippet_chars"]), thumbnail=thumbnails[p]) for p in shown
-        }
-        return Qualitative(
-            seed=seeds[0],
-            ours_label=by_key[(OURS_VARIANT, seeds[0])].variant_spec()["label"],
-            baseline_label=by_key[(BASELINE_VARIANT, seeds[0])].variant_spec()["label"],
-            items=items,
-            proximity=proximity,
-            examples=examples,
+        return qualitative_inputs(
+            comparison,
+            seed,
+            method.variant_spec()["label"],
+            baseline.variant_spec()["label"],
+            texts,
+            thumbnails,
         )
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         req = self.requires()
-        runs = []
-        for evaluation in req["evaluations"]:
-            folder = evaluation.output_dir()
-            train_meta = read_json(evaluation.requires()["train"].output_dir() / META_FILE)
-            spec = evaluation.variant_spec()
-            with np.load(folder / CURVES) as curves:
-                arrays = {name: curves[name] for name in curves.files}
-            runs.append(
-                VariantRun(
-                    variant=evaluation.variant,
-                    label=spec["label"],
-                    seed=evaluation.seed,
-                    metrics=read_json(folder / "metrics.json"),
-                    training=train_meta["summary"],
-                    hits={name: np.load(folder / f"{name}.npy") for name in ("i2t_hits", "t2i_hits")},
-                    curves=arrays,
-                    loss_names=[loss["name"] for loss in spec["losses"]],
-                    preservation=load_headline_preservation(folder),
-                )
-            )
-        cocos = []
-        for task in req["cocos"]:
-            result = read_json(task.output_dir() / COCOS_FILE)
-            cocos.append({"label": task.variant_spec()["label"], **result})
-        tasks = []
-        for task in all_upstream(self):
-            if task is self:
-                continue
-            meta = read_json(task.output_dir() / META_FILE)
-            label = task.get_task_family()
-            for param in ("space", "variant", "seed"):
-                if param in task.param_kwargs:
-                    label += f"[{param}={task.param_kwargs[param]}]"
-            tasks.append({"task": label, "signature": meta["signature"], "wall_time_s": meta["wall_time_s"]})
+        runs = [load_run(e, train) for e, train in zip(req["evaluations"], req["trains"], strict=True)]
+        cocos = [{"label": task.variant_spec()["label"], **task.load("cocos")} for task in req["cocos"]]
+        tasks = [task_row(task) for task in all_upstream(self) if task is not self]
         inputs = ReportInputs(
             title=f"Crossmodal neighbourhoods — {self.dataset} ({self.profile})",
             runs=runs,
-            dataset=read_json(self.input_dir(req["prepared"]) / "dataset_report.json"),
-            dedup=read_json(self.input_dir(req["dedup"]) / "dedup_report.json"),
+            dataset=req["prepared"].load("report"),
+            dedup=req["dedup"].load("report"),
             splits=req["split"].meta()["summary"]["counts"],
-            neighbor_tables={t.space: read_json(t.output_dir() / "neighbors.json") for t in req["neighbors"]},
+            neighbor_tables={t.space: t.load("summary") for t in req["neighbors"]},
             tasks=tasks,
             run_info={
                 "dataset": self.dataset,
@@ -276,14 +235,14 @@ class Report(GridParams, DatasetParams, HashedTask):
             },
             cocos=cocos,
             qualitative=self.qualitative(work_dir),
-            baseline=BASELINE_VARIANT,
-            method=OURS_VARIANT,
+            baseline=HEADLINE_BASELINE,
+            method=HEADLINE_METHOD,
             bootstrap_resamples=self.settings.eval.bootstrap_resamples,
         )
         document, payload = build_report(inputs, work_dir)
-        save_text(work_dir / REPORT_MD, document.to_markdown())
-        save_text(work_dir / REPORT_HTML, document.to_html())
-        write_json(work_dir / REPORT_JSON, payload)
+        save_text(self.work_path(work_dir, "markdown"), document.to_markdown())
+        save_text(self.work_path(work_dir, "html"), document.to_html())
+        write_json(self.work_path(work_dir, "json"), payload)
         return {"variants": self.variant_names(), "seeds": self.seed_plan()}
 
 
@@ -295,17 +254,26 @@ class FullRun(GridParams, DatasetParams, luigi.WrapperTask):
     run_root = luigi.Parameter(default="runs", significant=False)
     profile = luigi.Parameter(default="demo")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        try:
+            check_run_names(
+                self.profile, self.dataset, self.variants, recursively_unfreeze(self.variant_overrides)
+            )
+        except RunConfigurationError as error:
+            exit_or_raise(error)
+
     def requires(self) -> Report:
         return self.clone(Report)
 
     def report_path(self) -> Path:
-        return self.requires().output_dir() / REPORT_MD
+        return self.requires().output_path("markdown")
 
 
 def _announce_report(task: FullRun) -> None:
     path = task.report_path()
     print(
-        f"\nReport: {path.resolve()}\n        {path.with_name(REPORT_HTML).resolve()}",
+        f"\nReport: {path.resolve()}\n        {task.requires().output_path('html').resolve()}",
         file=sys.stdout,
         flush=True,
     )

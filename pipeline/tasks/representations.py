@@ -11,7 +11,7 @@ import luigi
 import numpy as np
 
 from pipeline.base import HashedTask
-from pipeline.io import read_json, save_array, save_frame, write_json
+from pipeline.io import save_array, save_frame, write_json
 from pipeline.profiles import TrainSettings
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec
 from pipeline.steps.features import trunk_features
@@ -23,20 +23,14 @@ from pipeline.steps.neighbors import (
 )
 from pipeline.steps.text import tokenize
 from pipeline.steps.word_vectors import train_word_vectors
-from pipeline.tasks.data import PrepareDataset, Split, load_prepared_images, read_ground_truth, read_manifest
+from pipeline.tasks.data import PrepareDataset, Split
 from pipeline.tasks.params import DatasetParams
-
-DOC_VECTORS = "doc_vectors.npy"
-WORD_VECTORS = "word_vectors.npy"
-VOCAB = "vocab.json"
-FEATURES = "features.npy"
-NEIGHBORS = "neighbors.npy"
-DISTANCES = "distances.npy"
-TRAIN_ROWS = "train_rows.npy"
 
 
 class TrainDoc2Vec(DatasetParams, HashedTask):
     """gensim Doc2Vec on train texts; a vector for every pair (trained for train, inferred otherwise)."""
+
+    outputs = {"doc_vectors": "doc_vectors.npy", "model": "doc2vec.model"}
 
     def requires(self) -> Split:
         return self.clone(Split)
@@ -45,7 +39,7 @@ class TrainDoc2Vec(DatasetParams, HashedTask):
         return {"doc2vec": self.settings.section("doc2vec"), "seed": self.data_seed}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        manifest = read_manifest(self.input_dir(self.requires()))
+        manifest = self.requires().manifest()
         tokens = [tokenize(text) for text in manifest["text"]]
         is_train = (manifest["split"] == "train").to_numpy()
         train_tokens = [t for t, train in zip(tokens, is_train, strict=True) if train]
@@ -58,13 +52,15 @@ class TrainDoc2Vec(DatasetParams, HashedTask):
         vectors = np.zeros((len(manifest), settings.vector_size), dtype=np.float32)
         vectors[is_train] = train_vectors
         vectors[~is_train] = other_vectors
-        save_array(work_dir / DOC_VECTORS, vectors)
-        model.save(str(work_dir / "doc2vec.model"))
+        save_array(self.work_path(work_dir, "doc_vectors"), vectors)
+        model.save(str(self.work_path(work_dir, "model")))
         return {"n_documents": len(vectors), "n_train": int(is_train.sum()), "vocab_size": len(model.wv)}
 
 
 class TrainWordVectors(DatasetParams, HashedTask):
     """200-d word vectors on train texts (vocabulary from train only) to initialise the GRU."""
+
+    outputs = {"word_vectors": "word_vectors.npy", "vocab": "vocab.json"}
 
     def requires(self) -> Split:
         return self.clone(Split)
@@ -72,19 +68,19 @@ class TrainWordVectors(DatasetParams, HashedTask):
     def config(self) -> dict[str, Any]:
         return {"word_vectors": self.settings.section("word_vectors"), "seed": self.data_seed}
 
+    def vocabulary(self) -> tuple[dict[str, int], np.ndarray]:
+        """Token -> row of the word-vector matrix, and the matrix (rows 0 and 1: padding and unknown)."""
+        return self.load("vocab"), self.load("word_vectors")
+
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        manifest = read_manifest(self.input_dir(self.requires()))
+        manifest = self.requires().manifest()
         train_texts = manifest.loc[manifest["split"] == "train", "text"]
         vocab, matrix = train_word_vectors(
             [tokenize(t) for t in train_texts], self.settings.word_vectors, self.data_seed
         )
-        save_array(work_dir / WORD_VECTORS, matrix)
-        write_json(work_dir / VOCAB, vocab)
+        save_array(self.work_path(work_dir, "word_vectors"), matrix)
+        write_json(self.work_path(work_dir, "vocab"), vocab)
         return {"vocab_size": len(vocab) + 2, "dim": int(matrix.shape[1])}
-
-
-def load_vocabulary(task_dir: Path) -> tuple[dict[str, int], np.ndarray]:
-    return read_json(Path(task_dir) / VOCAB), np.load(Path(task_dir) / WORD_VECTORS)
 
 
 class TrunkFeatures(DatasetParams, HashedTask):
@@ -97,6 +93,11 @@ class TrunkFeatures(DatasetParams, HashedTask):
     pretrained = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
     image_size = luigi.IntParameter(description="side in pixels the cached images are resized to")
     spatial = luigi.BoolParameter(default=False, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
+    outputs = {"features": "features.npy"}
+
+    def features(self) -> np.ndarray:
+        """One row per image-cache row, memory-mapped: pooled ``[R, C]`` or the map ``[R, C, h, w]``."""
+        return self.load("features", mmap_mode="r")
 
     def requires(self) -> PrepareDataset:
         return self.clone(PrepareDataset)
@@ -111,11 +112,15 @@ class TrunkFeatures(DatasetParams, HashedTask):
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        images = load_prepared_images(self.input_dir(self.requires()))
         features, loaded = trunk_features(
-            images, self.backbone, self.pretrained, self.image_size, self.spatial, self.data_seed
+            self.requires().images(),
+            self.backbone,
+            self.pretrained,
+            self.image_size,
+            self.spatial,
+            self.data_seed,
         )
-        save_array(work_dir / FEATURES, features)
+        save_array(self.work_path(work_dir, "features"), features)
         return {
             "shape": list(features.shape),
             "dtype": str(features.dtype),
@@ -134,17 +139,27 @@ def trunk_features_task(task: HashedTask, settings: TrainSettings, spatial: bool
     )
 
 
-def load_trunk_features(task_dir: Path) -> np.ndarray:
-    """Features of a TrunkFeatures output, one row per image-cache row (memory-mapped)."""
-    return np.load(Path(task_dir) / FEATURES, mmap_mode="r")
-
-
 class NeighborTables(DatasetParams, HashedTask):
     """k nearest train neighbours of every train pair (itself excluded) with Annoy, in Doc2Vec space
     (``space=text``) or initial CNN-feature space (``space=image``); recall@k against exact search.
     """
 
     space = luigi.ChoiceParameter(choices=["text", "image"], default="text")
+    outputs = {
+        "neighbors": "neighbors.npy",
+        "distances": "distances.npy",
+        "train_rows": "train_rows.npy",
+        "row_pair_ids": "row_pair_ids.parquet",
+        "index": "index.ann",
+        "summary": "neighbors.json",
+    }
+
+    def sampling_pool(self, train_positions: np.ndarray, sample_k: int | None) -> np.ndarray:
+        """The pool each train pair's neighbour i' is drawn from: the first ``sample_k`` non-duplicate entries
+        of the k-NN table (all k with ``None``), checked to be over exactly these train pairs."""
+        if not np.array_equal(self.load("train_rows"), train_positions):
+            raise RuntimeError("neighbour table rows do not match the train split; rerun NeighborTables")
+        return sampling_pool(self.load("neighbors"), self.load("distances"), sample_k)
 
     def requires(self) -> dict[str, HashedTask]:
         if self.space == "text":
@@ -157,12 +172,12 @@ class NeighborTables(DatasetParams, HashedTask):
         return {"space": self.space, "neighbors": self.settings.section("neighbors"), "seed": self.data_seed}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        inputs = {name: self.input_dir(task) for name, task in self.requires().items()}
-        manifest = read_manifest(inputs["split"])
+        inputs = self.requires()
+        manifest = inputs["split"].manifest()
         if self.space == "text":
-            vectors = np.load(inputs["vectors"] / DOC_VECTORS)
+            vectors = inputs["vectors"].load("doc_vectors")
         else:
-            vectors = np.asarray(load_trunk_features(inputs["vectors"]), dtype=np.float32)
+            vectors = np.asarray(inputs["vectors"].features(), dtype=np.float32)
             vectors = vectors[manifest["cache_row"].to_numpy()]
         train_rows = np.flatnonzero((manifest["split"] == "train").to_numpy())
         settings = self.settings.neighbors
@@ -172,19 +187,20 @@ class NeighborTables(DatasetParams, HashedTask):
             settings.n_trees,
             settings.search_k,
             self.data_seed,
-            save_to=work_dir / "index.ann",
+            save_to=self.work_path(work_dir, "index"),
         )
         recall = recall_against_exact(
             vectors[train_rows], table.neighbors, settings.recall_queries, self.data_seed
         )
-        save_array(work_dir / NEIGHBORS, table.neighbors)
-        save_array(work_dir / DISTANCES, table.distances)
-        save_array(work_dir / TRAIN_ROWS, train_rows)
+        save_array(self.work_path(work_dir, "neighbors"), table.neighbors)
+        save_array(self.work_path(work_dir, "distances"), table.distances)
+        save_array(self.work_path(work_dir, "train_rows"), train_rows)
         save_frame(
-            work_dir / "row_pair_ids.parquet", manifest.loc[train_rows, ["pair_id"]].reset_index(drop=True)
+            self.work_path(work_dir, "row_pair_ids"),
+            manifest.loc[train_rows, ["pair_id"]].reset_index(drop=True),
         )
         summary = {"annoy": table.settings, "recall_vs_exact": recall}
-        ground_truth = read_ground_truth(inputs["prepared"])
+        ground_truth = inputs["prepared"].ground_truth()
         if ground_truth is not None and "topic" in ground_truth.columns:
             topic_of = dict(zip(ground_truth["pair_id"], ground_truth["topic"], strict=True))
             topics = manifest["pair_id"].iloc[train_rows].map(topic_of).to_numpy()
@@ -194,5 +210,5 @@ class NeighborTables(DatasetParams, HashedTask):
                 "sample_pool": same_topic_share(topics, pool),
                 "sample_k": settings.sample_k,
             }
-        write_json(work_dir / "neighbors.json", summary)
+        write_json(self.work_path(work_dir, "summary"), summary)
         return summary

@@ -2,42 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
 import luigi
 import numpy as np
+import pandas as pd
 import torch
 from luigi.freezing import recursively_unfreeze
 from torch import nn
 
-from models.encoders import EncoderConfig, build_model, model_class
+from models.encoders import EncoderConfig
 from models.losses import build_loss
-from models.training import BEST_CHECKPOINT, HISTORY_FILE, PairData, Trainer, pick_device
-from pipeline.base import META_FILE, HashedTask
-from pipeline.io import read_json
+from models.registry import build_model, model_class
+from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer, pick_device
+from pipeline.base import HashedTask
 from pipeline.profiles import TrainSettings
-from pipeline.steps.neighbors import sampling_pool
 from pipeline.steps.text import encode_texts, tokenize
-from pipeline.tasks.data import (
-    PrepareDataset,
-    Split,
-    integer_group_ids,
-    load_prepared_images,
-    read_manifest,
-)
+from pipeline.tasks.data import PrepareDataset, Split, integer_group_ids
 from pipeline.tasks.params import DatasetParams
-from pipeline.tasks.representations import (
-    DISTANCES,
-    NEIGHBORS,
-    TRAIN_ROWS,
-    NeighborTables,
-    TrainWordVectors,
-    load_trunk_features,
-    load_vocabulary,
-    trunk_features_task,
-)
+from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
 from pipeline.variants import resolve_variant
 
 
@@ -64,41 +50,19 @@ class VariantParams:
         return replace(self.settings.train, **overrides)
 
 
-def encoder_config(
-    t: TrainSettings, word_vectors: np.ndarray, feature_dim: int | None = None
-) -> EncoderConfig:
-    """Encoder sizes from the training settings; word dimension and vocabulary from the word vectors."""
-    vocab_size, word_dim = word_vectors.shape
-    return EncoderConfig(
-        backbone=t.backbone,
-        pretrained=t.pretrained,
-        embed_dim=t.embed_dim,
-        word_dim=word_dim,
-        gru_hidden=t.gru_hidden,
-        vocab_size=vocab_size,
-        trunk=t.trunk,
-        feature_dim=feature_dim,
-    )
-
-
-def load_pair_data(
-    split_dir: Path,
-    prepared_dir: Path,
-    words_dir: Path,
-    max_tokens: int,
-    features_dir: Path | None = None,
-) -> tuple[PairData, Any]:
-    """Tokenised texts, the image cache and, for a frozen trunk, its cached features (``features_dir``)."""
-    manifest = read_manifest(split_dir)
-    vocab, _ = load_vocabulary(words_dir)
+def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[PairData, pd.DataFrame]:
+    """Tokenised texts, the image cache and, for a frozen trunk, its cached features, from the tasks a Train,
+    Evaluate or Cocos requires (``split``, ``prepared``, ``words`` and, when frozen, ``features``)."""
+    manifest = inputs["split"].manifest()
+    vocab, _ = inputs["words"].vocabulary()
     tokens, lengths = encode_texts((tokenize(t) for t in manifest["text"]), vocab, max_tokens)
     data = PairData(
-        images=load_prepared_images(prepared_dir),
+        images=inputs["prepared"].images(),
         image_rows=manifest["cache_row"].to_numpy(),
         tokens=tokens,
         lengths=lengths,
         group_ids=integer_group_ids(manifest).to_numpy(),
-        image_features=None if features_dir is None else load_trunk_features(features_dir),
+        image_features=inputs["features"].features() if "features" in inputs else None,
     )
     return data, manifest
 
@@ -120,38 +84,31 @@ def trunk_inputs(task: VariantParams, t: TrainSettings) -> dict[str, HashedTask]
 def build_variant_model(
     spec: dict[str, Any], t: TrainSettings, word_vectors: np.ndarray, feature_dim: int | None = None
 ) -> nn.Module:
-    config = encoder_config(t, word_vectors, feature_dim)
+    config = EncoderConfig.from_settings(t, word_vectors, feature_dim)
     return build_model(spec["model"], config, word_vectors, **spec["model_options"])
-
-
-def load_neighbor_table(neighbors_dir: Path, train_positions: np.ndarray, sample_k: int | None) -> np.ndarray:
-    """The pool each train pair's neighbour i' is drawn from: the first ``sample_k`` non-duplicate entries of
-    NeighborTables' k-NN table (all k with ``None``), checked to be over exactly these train pairs."""
-    if not np.array_equal(np.load(neighbors_dir / TRAIN_ROWS), train_positions):
-        raise RuntimeError("neighbour table rows do not match the train split; rerun NeighborTables")
-    return sampling_pool(np.load(neighbors_dir / NEIGHBORS), np.load(neighbors_dir / DISTANCES), sample_k)
 
 
 def feature_width(data: PairData) -> int | None:
     return None if data.image_features is None else int(data.image_features.shape[1])
 
 
-def load_trained_model(
-    spec: dict[str, Any], t: TrainSettings, words_dir: Path, train_dir: Path, feature_dim: int | None = None
-) -> tuple[nn.Module, int]:
-    """The variant's model with the best checkpoint of its Train task loaded (on the automatic device), and
-    the epoch of that checkpoint."""
-    _, word_vectors = load_vocabulary(words_dir)
-    model = build_variant_model(spec, t, word_vectors, feature_dim)
-    state = torch.load(train_dir / BEST_CHECKPOINT, map_location="cpu", weights_only=False)
+def load_trained_model(inputs: Mapping[str, HashedTask], data: PairData) -> tuple[nn.Module, int]:
+    """The variant's model with the best checkpoint of the required ``train`` task loaded (on the automatic
+    device), and the epoch of that checkpoint."""
+    train = inputs["train"]
+    _, word_vectors = inputs["words"].vocabulary()
+    model = build_variant_model(
+        train.variant_spec(), train.train_settings(), word_vectors, feature_width(data)
+    )
+    state = torch.load(train.output_path("checkpoint"), map_location="cpu", weights_only=False)
     model.load_state_dict(state["model"])
     return model.to(pick_device()), state["epoch"]
 
 
-def imagenet_weights_loaded(model: nn.Module, features_dir: Path | None) -> bool:
+def imagenet_weights_loaded(model: nn.Module, features: HashedTask | None) -> bool:
     """Whether the image trunk started from ImageNet weights: the cached features' record when frozen."""
-    if features_dir is not None:
-        return bool(read_json(Path(features_dir) / META_FILE)["summary"]["imagenet_weights_loaded"])
+    if features is not None:
+        return bool(features.meta()["summary"]["imagenet_weights_loaded"])
     encoder = model.image_encoder
     return bool(getattr(getattr(encoder, "cnn", encoder), "pretrained_loaded", False))
 
@@ -160,6 +117,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
     """Trains a variant; keeps the best checkpoint by validation loss; resumes a killed run."""
 
     resumable = True
+    outputs = {"checkpoint": BEST_CHECKPOINT, "last_checkpoint": LAST_CHECKPOINT, "history": HISTORY_FILE}
 
     def requires(self) -> dict[str, HashedTask]:
         required = {
@@ -185,22 +143,20 @@ class Train(VariantParams, DatasetParams, HashedTask):
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        inputs = {name: self.input_dir(task) for name, task in self.requires().items()}
+        inputs = self.requires()
+        config = self.config()
         t = self.train_settings()
-        data, manifest = load_pair_data(
-            inputs["split"], inputs["prepared"], inputs["words"], t.max_text_tokens, inputs.get("features")
-        )
-        _, word_vectors = load_vocabulary(inputs["words"])
+        data, manifest = load_pair_data(inputs, t.max_text_tokens)
+        _, word_vectors = inputs["words"].vocabulary()
         split = manifest["split"].to_numpy()
         train_positions = np.flatnonzero(split == "train")
-        sample_k = self.settings.neighbors.sample_k
         neighbors = (
-            load_neighbor_table(inputs["neighbors"], train_positions, sample_k)
+            inputs["neighbors"].sampling_pool(train_positions, config["neighbor_sample_k"])
             if "neighbors" in inputs
             else None
         )
         spec = self.variant_spec()
-        torch.manual_seed(self.seed)
+        torch.manual_seed(config["seed"])
         model = build_variant_model(spec, t, word_vectors, feature_width(data))
         losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
         trainer = Trainer(
@@ -210,7 +166,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
             train_positions,
             np.flatnonzero(split == "val"),
             t,
-            self.seed,
+            config["seed"],
             work_dir,
             neighbors=neighbors,
             device=pick_device(),
@@ -227,6 +183,4 @@ class Train(VariantParams, DatasetParams, HashedTask):
             "device": str(trainer.device),
             "trunk": t.trunk,
             "imagenet_weights_loaded": imagenet_weights_loaded(model, inputs.get("features")),
-            "checkpoint": BEST_CHECKPOINT,
-            "history": HISTORY_FILE,
         }

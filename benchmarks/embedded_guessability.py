@@ -10,7 +10,10 @@ near-duplicate copies would leak their original into the test share, so both are
   upper bound for any model that recognises the motif perfectly but ignores the weaker cues;
 * image pixels: multinomial logistic regression on downsampled pixels (a weak, linear reader of the image).
 
-Run ``python -m data_recipes.embedded_guessability --n-pairs 5500`` to print the figures as JSON.
+Run ``python -m benchmarks.embedded_guessability --n-pairs 5500`` from the repository root to print the
+figures as JSON (they are quoted in ``docs/datasets/embedded.md``). It is an analysis of the generator, not a
+recipe, so it lives here rather than in ``data_recipes``; ``tests/test_embedded.py`` checks the card's claim
+with it on a small build.
 """
 
 from __future__ import annotations

@@ -1,0 +1,91 @@
+"""The sections around the results: the run's one-line introduction, training times, the data (validation,
+near-duplicate removal, splits, neighbour tables) and the run metadata of every task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evaluation.document import Document
+from evaluation.report.inputs import ReportInputs
+
+
+def run_intro(doc: Document, info: dict[str, Any]) -> None:
+    """The line under the title: what ran (dataset, profile, seeds, device), so every number has a context."""
+    doc.paragraph(
+        f"Dataset `{info.get('dataset')}`, profile `{info.get('profile')}`, seeds {info.get('seeds')}, "
+        f"device {info.get('device', 'cpu')}. Cells are mean ± std over seeds where more than one seed ran."
+    )
+
+
+def training_and_data_section(
+    doc: Document, inputs: ReportInputs, summary: dict[str, dict[str, Any]]
+) -> None:
+    """Training time per method, then the data: validation rejects, near-duplicate removal, splits and the
+    Annoy neighbour tables with their recall against exact search."""
+    doc.heading("Training")
+    doc.table(
+        ["Method", "mean epoch (s)", "seeds"],
+        [
+            [s["label"], f"{s['mean_epoch_seconds']:.1f}", ",".join(map(str, s["seeds"]))]
+            for s in summary.values()
+        ],
+    )
+
+    doc.heading("Data")
+    d = inputs.dataset
+    if d:
+        doc.paragraph(
+            f"{d.get('n_input')} pairs from the recipe, {d.get('n_kept')} kept after validation, "
+            f"{d.get('n_rejected')} rejected (budget {d.get('reject_budget')})."
+        )
+        reasons = d.get("rejects_by_reason") or {}
+        if reasons:
+            doc.table(["Reject reason", "count"], [[k, str(v)] for k, v in sorted(reasons.items())])
+    if inputs.dedup:
+        dd = inputs.dedup
+        doc.paragraph(
+            f"Near-duplicate removal (MinHash LSH): {dd.get('n_input')} → {dd.get('n_kept')} pairs, "
+            f"{dd.get('n_clusters')} duplicate clusters, {dd.get('n_removed')} pairs removed."
+        )
+        injected = dd.get("against_injected")
+        if injected:
+            doc.table(
+                ["Against injected duplicates", "value"],
+                [[k, f"{v:.4f}" if isinstance(v, float) else str(v)] for k, v in sorted(injected.items())],
+            )
+    if inputs.splits:
+        doc.paragraph("Splits: " + ", ".join(f"{k} {v}" for k, v in sorted(inputs.splits.items())))
+    if inputs.neighbor_tables:
+        doc.heading("Neighbour tables (Annoy)")
+        rows = []
+        for space, table in sorted(inputs.neighbor_tables.items()):
+            a, r = table["annoy"], table["recall_vs_exact"]
+            rows.append(
+                [
+                    space,
+                    str(a["n_items"]),
+                    str(a["k"]),
+                    str(a["dim"]),
+                    a["metric"],
+                    str(a["n_trees"]),
+                    str(a["search_k"]),
+                    f"{r['recall_at_k']:.4f}",
+                    str(r["n_queries"]),
+                ]
+            )
+        doc.table(
+            ["space", "items", "k", "dim", "metric", "n_trees", "search_k", "recall@k vs exact", "queries"],
+            rows,
+        )
+
+
+def run_metadata_section(doc: Document, inputs: ReportInputs) -> None:
+    """Every upstream task with its output signature and wall time, then the run's settings and versions."""
+    doc.heading("Run metadata")
+    if inputs.tasks:
+        doc.table(
+            ["Task", "output", "wall time (s)"],
+            [[t["task"], t["signature"], f"{t['wall_time_s']:.1f}"] for t in inputs.tasks],
+        )
+    doc.code("\n".join(f"{k}: {v}" for k, v in sorted(inputs.run_info.items())))

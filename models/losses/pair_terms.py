@@ -1,0 +1,247 @@
+"""The pairwise terms several losses reuse (Thomas & Kovashka): the angular term of Eq. 2-3 and the triplet
+term of Eq. 1, also used by their within-modality Eq. 6-7, the batch set-ups of those families and their
+COCOS counts (Bleeker & de Rijke §4).
+
+Builds on ``checks`` and ``base`` only. Operations are built in the order the losses always built them, so
+gradients stay bit for bit as they were.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from models.losses.base import LossPreconditionError
+from models.losses.checks import (
+    COCOS_EPS,
+    Neighbours,
+    check_choice,
+    check_embedding_matrix,
+    check_negative_mask,
+    check_pair_embeddings,
+    contribution_summaries,
+    default_group_ids,
+    different_group_mask,
+    neighbour_negative_mask,
+    paired_distance,
+    pairwise_distance,
+)
+
+ANGULAR_FORMS = ("smooth", "hinge")
+#: how a hinge reduces over a query's negatives: sum over all, or the hardest one only (VSE++)
+NEGATIVE_MODES = ("all", "hardest")
+
+
+# --------------------------------------------------------------- pairwise terms (Thomas & Kovashka Eq. 1-3)
+
+
+def tan_squared(alpha_degrees: float) -> float:
+    """tan²α of the angular loss (Wang et al. ICCV 2017); α=45° gives 1, as in the authors' released code."""
+    if not 0.0 < alpha_degrees < 90.0:
+        raise LossPreconditionError(
+            f"alpha_degrees={alpha_degrees} is outside (0, 90): the angular bound needs an acute angle; "
+            "the paper's code uses 45"
+        )
+    return math.tan(math.radians(alpha_degrees)) ** 2
+
+
+def angular_npair_logits(
+    anchor: Tensor, positive: Tensor, negatives: Tensor, form: str, tan_sq: float
+) -> Tensor:
+    """``[Q, P]`` per-(anchor-positive pair, negative) quantity of the angular loss.
+
+    ``hinge``: the bracket of Eq. 2, ‖a−p‖² − 4tan²α‖n − C‖² with C = (a+p)/2.
+    ``smooth``: the exponent of Wang et al.'s smooth N-pair angular loss, 4tan²α (a+p)·n − 2(1+tan²α) a·p,
+    which equals the Eq. 2 bracket up to a constant on unit vectors.
+    """
+    check_choice("angular form", form, ANGULAR_FORMS)
+    if form == "smooth":
+        anchor_dot_positive = (anchor * positive).sum(dim=1, keepdim=True)
+        return 4.0 * tan_sq * (anchor + positive) @ negatives.T - 2.0 * (1.0 + tan_sq) * anchor_dot_positive
+    # ‖a−p‖² taken directly so identical pairs give exactly 0; ‖n−C‖² expanded so no [Q, P, D] tensor is
+    # built, and clamped because the expansion can round a true 0 to a tiny negative.
+    anchor_positive_sq = (anchor - positive).pow(2).sum(dim=1, keepdim=True)
+    center = (anchor + positive) / 2.0
+    negative_center_sq = (
+        negatives.pow(2).sum(dim=1).unsqueeze(0)
+        - 2.0 * center @ negatives.T
+        + center.pow(2).sum(dim=1, keepdim=True)
+    ).clamp_min(0.0)
+    return anchor_positive_sq - 4.0 * tan_sq * negative_center_sq
+
+
+def angular_npair_terms(
+    anchor: Tensor, positive: Tensor, negatives: Tensor, negative_mask: Tensor, form: str, tan_sq: float
+) -> Tensor:
+    """``[Q]`` angular N-pair loss of each anchor-positive pair over its masked negatives (Eq. 3).
+
+    ``hinge``: Σ_n [‖a−p‖² − 4tan²α‖n − C‖²]_+ (Eq. 2 summed over the negatives, Eq. 3).
+    ``smooth``: log(1 + Σ_n exp(4tan²α (a+p)·n − 2(1+tan²α) a·p)), the smooth N-pair angular loss of
+    Wang et al. (ICCV 2017).
+    A pair with no negatives contributes 0.
+    """
+    check_negative_mask(negative_mask, anchor.shape[0], negatives.shape[0])
+    logits = angular_npair_logits(anchor, positive, negatives, form, tan_sq)
+    if form == "hinge":
+        return torch.relu(logits).masked_fill(~negative_mask, 0.0).sum(dim=1)
+    # the appended zero column is the "1 +" inside the log and keeps rows without negatives finite
+    masked = logits.masked_fill(~negative_mask, -math.inf)
+    return torch.logsumexp(torch.cat([masked, masked.new_zeros(masked.shape[0], 1)], dim=1), dim=1)
+
+
+def angular_npair_contributions(
+    anchor: Tensor,
+    positive: Tensor,
+    negatives: Tensor,
+    negative_mask: Tensor,
+    form: str,
+    tan_sq: float,
+    eps: float = COCOS_EPS,
+) -> Tensor:
+    """``LongTensor[Q]``: negatives contributing to each pair's gradient (COCOS, Bleeker & de Rijke §4).
+
+    ``hinge``: terms that violate the bound (non-zero hinge). ``smooth``: negatives whose weight
+    exp(f_n) / (1 + Σ_k exp(f_k)) in the gradient of the log-sum-exp exceeds ``eps``.
+    """
+    check_negative_mask(negative_mask, anchor.shape[0], negatives.shape[0])
+    logits = angular_npair_logits(anchor, positive, negatives, form, tan_sq)
+    if form == "hinge":
+        return ((logits > 0) & negative_mask).sum(dim=1)
+    masked = logits.masked_fill(~negative_mask, -math.inf)
+    weights = torch.softmax(torch.cat([masked, masked.new_zeros(masked.shape[0], 1)], dim=1), dim=1)[:, :-1]
+    return ((weights > eps) & negative_mask).sum(dim=1)
+
+
+def triplet_violations(
+    anchor: Tensor, positive: Tensor, negatives: Tensor, distance: str, margin: float
+) -> Tensor:
+    """``[Q, P]`` m + d(a_q, p_q) − d(a_q, n_p): positive where the triplet breaks the margin (Eq. 1)."""
+    return (
+        margin
+        + paired_distance(anchor, positive, distance).unsqueeze(1)
+        - pairwise_distance(anchor, negatives, distance)
+    )
+
+
+def triplet_terms(
+    anchor: Tensor,
+    positive: Tensor,
+    negatives: Tensor,
+    negative_mask: Tensor,
+    distance: str,
+    margin: float,
+    negatives_mode: str = "all",
+) -> Tensor:
+    """``[Q]`` triplet loss of each anchor-positive pair over its masked negatives.
+
+    ``all``: Σ_n [m + d(a,p) − d(a,n)]_+ (Bleeker Eq. 3). ``hardest``: the term of the most violating
+    negative only (VSE++ max violation, Bleeker Eq. 1). A pair with no negatives contributes 0.
+    """
+    check_choice("negatives", negatives_mode, NEGATIVE_MODES)
+    check_negative_mask(negative_mask, anchor.shape[0], negatives.shape[0])
+    violations = triplet_violations(anchor, positive, negatives, distance, margin)
+    if negatives_mode == "all":
+        return torch.relu(violations).masked_fill(~negative_mask, 0.0).sum(dim=1)
+    hardest = violations.masked_fill(~negative_mask, -math.inf).max(dim=1).values
+    return torch.where(negative_mask.any(dim=1), torch.relu(hardest), torch.zeros_like(hardest))
+
+
+def triplet_contributions(
+    anchor: Tensor,
+    positive: Tensor,
+    negatives: Tensor,
+    negative_mask: Tensor,
+    distance: str,
+    margin: float,
+    negatives_mode: str = "all",
+) -> Tensor:
+    """``LongTensor[Q]``: negatives in each pair's gradient (COCOS C^q, Bleeker §4): violating terms for
+    ``all``; 1 if the hardest negative violates the margin, else 0, for ``hardest``."""
+    check_negative_mask(negative_mask, anchor.shape[0], negatives.shape[0])
+    violating = (triplet_violations(anchor, positive, negatives, distance, margin) > 0) & negative_mask
+    if negatives_mode == "hardest":
+        return violating.any(dim=1).long()
+    return violating.sum(dim=1)
+
+
+# ------------------------------------------------------------------- batch set-ups shared by several losses
+
+
+class CrossModalPairs(NamedTuple):
+    """``(name, anchors, candidate pool)`` per retrieval direction and the ``[B, B]`` valid-negative mask;
+    the positive of anchor row i is row i of the pool."""
+
+    directions: list[tuple[str, Tensor, Tensor]]
+    negative_mask: Tensor
+
+
+def cross_modal_pairs(
+    image: Tensor, text: Tensor, group_ids: Tensor | None, *, symmetric: bool, unit_norm: bool
+) -> CrossModalPairs:
+    """After the input guards: image→text (and text→image when ``symmetric``) with negatives the rows of
+    another group."""
+    check_pair_embeddings(image, text)
+    check_embedding_matrix("image", image, unit_norm=unit_norm)
+    check_embedding_matrix("text", text, unit_norm=unit_norm)
+    directions = [("image_to_text", image, text)]
+    if symmetric:
+        directions.append(("text_to_image", text, image))
+    groups = default_group_ids(group_ids, image.shape[0], image.device)
+    return CrossModalPairs(directions, different_group_mask(groups, groups))
+
+
+class NeighbourTerm(NamedTuple):
+    """One within-modality term (Eq. 6 for ``text``, Eq. 7 for ``image``): row m pairs anchor m (batch row
+    ``neighbor_of[m]``) with its sampled neighbour; the pool is the batch rows of the modality."""
+
+    modality: str
+    weight: float
+    anchors: Tensor
+    positives: Tensor
+    pool: Tensor
+
+
+class NeighbourPairs(NamedTuple):
+    """The two within-modality terms and their shared ``[M, B]`` valid-negative mask."""
+
+    terms: list[NeighbourTerm]
+    negative_mask: Tensor
+
+
+def neighbour_pairs(
+    image: Tensor,
+    text: Tensor,
+    neighbours: Neighbours,
+    group_ids: Tensor | None,
+    text_weight: float,
+    image_weight: float,
+) -> NeighbourPairs:
+    """The text (α, Eq. 6) and image (β, Eq. 7) terms of already guarded neighbours."""
+    groups = default_group_ids(group_ids, image.shape[0], image.device)
+    mask = neighbour_negative_mask(groups, neighbours.of, neighbours.group_ids)
+    terms = [
+        NeighbourTerm("text", text_weight, text[neighbours.of], neighbours.text, text),
+        NeighbourTerm("image", image_weight, image[neighbours.of], neighbours.image, image),
+    ]
+    return NeighbourPairs(terms, mask)
+
+
+def neighbour_contributions(
+    pairs: NeighbourPairs, count: Callable[[NeighbourTerm, Tensor], Tensor]
+) -> dict[str, Tensor]:
+    """COCOS of each within-modality term, keyed ``within_text`` / ``within_image``, from
+    ``count(term, negative_mask)``; a switched-off term (weight 0, the Table 4 ablations) sends no gradient
+    to any negative."""
+    counts = {}
+    for term in pairs.terms:
+        if term.weight == 0:
+            counts[f"within_{term.modality}"] = term.anchors.new_zeros(
+                term.anchors.shape[0], dtype=torch.long
+            )
+        else:
+            counts[f"within_{term.modality}"] = count(term, pairs.negative_mask)
+    return contribution_summaries(counts)

@@ -1,0 +1,82 @@
+"""The layers point one way (pipeline -> models / evaluation / data_recipes, never back) and no module
+imports itself through a circle: read from the source with ``ast``, so a lazy import inside a function
+counts too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("pipeline", "models", "evaluation", "data_recipes")
+#: which of the project's packages each package may import
+ALLOWED = {
+    "pipeline": {"pipeline", "models", "evaluation", "data_recipes"},
+    "models": {"models"},
+    "evaluation": {"evaluation"},
+    "data_recipes": {"data_recipes"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_imports(path: Path) -> set[str]:
+    """Modules of the project that ``path`` imports (``from a.b import c`` names ``a.b.c`` when that is a
+    module, else ``a.b``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name.split(".")[0] in PACKAGES)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = [path for package in PACKAGES for path in (ROOT / package).rglob("*.py")]
+    modules = {module_name(path): path for path in files}
+    graph = {}
+    for name, path in modules.items():
+        graph[name] = {target for target in project_imports(path) if target in modules and target != name}
+    return graph
+
+
+def test_packages_import_only_their_own_layer_or_below():
+    upward = [
+        f"{source} imports {target}"
+        for source, targets in import_graph().items()
+        for target in targets
+        if target.split(".")[0] not in ALLOWED[source.split(".")[0]]
+    ]
+    assert upward == []
+
+
+def test_no_import_circle():
+    graph = import_graph()
+    # a package's __init__ importing its own submodules is how registries discover them, not a circle
+    edges = {
+        source: {t for t in targets if not (source.count(".") == 0 or t.startswith(source + "."))}
+        for source, targets in graph.items()
+    }
+    state: dict[str, int] = {}
+    circles: list[list[str]] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(edges.get(node, ())):
+            if state.get(target) == 1:
+                circles.append(stack[stack.index(target) :] + [target])
+            elif target not in state:
+                visit(target, [*stack, target])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    assert circles == []

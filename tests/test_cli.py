@@ -1,0 +1,56 @@
+"""The ``luigi --module pipeline FullRun`` command line: a typo in a name stops it at once, with one line and
+a non-zero exit status, before any task runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import FullRun
+from pipeline.validation import RunConfigurationError
+
+ROOT = Path(__file__).resolve().parents[1]
+LUIGI = Path(sys.executable).with_name("luigi")
+
+
+def run_luigi(*args: str, run_root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(LUIGI), "--module", "pipeline", "FullRun", "--run-root", str(run_root), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--profile", "fast"], "error: unknown profile 'fast'; valid profiles: demo, paper, smoke"),
+        (["--variants", '["ours","ourz"]'], "error: unknown variant(s) 'ourz'; valid variants: "),
+    ],
+)
+def test_a_bad_name_exits_2_with_one_line_before_any_work(tmp_path, args, message):
+    result = run_luigi(*args, run_root=tmp_path / "runs")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), result.stderr
+    assert not (tmp_path / "runs").exists(), "nothing ran"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"profile": "fast"}, "unknown profile 'fast'; valid profiles: demo, paper, smoke"),
+        ({"dataset": "cocoa"}, "unknown dataset 'cocoa'; valid datasets: coco, conceptual_captions, "),
+        ({"variants": ["ours", "ourz"]}, r"unknown variant\(s\) 'ourz'; valid variants: "),
+        ({"variant_overrides": {"nope": {}}}, r"unknown variant\(s\) 'nope'"),
+        ({"variant_overrides": {"ours": {"tripletz": {"margin": 1}}}}, "bad override for variant 'ours'"),
+    ],
+)
+def test_called_from_code_the_error_is_raised(params, message):
+    with pytest.raises(RunConfigurationError, match=message):
+        FullRun(**params)
