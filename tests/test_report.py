@@ -733,3 +733,24 @@ def test_collect_cocos_summarises_every_loss_over_one_pass_with_neighbours():
     # 4 rows per batch: at most 3 negatives per query, at most 12 per batch
     assert 0.0 <= negatives["per_query_mean"] <= 3.0 and 0.0 <= negatives["per_batch_sum_mean"] <= 12.0
     assert any(key.startswith("within_") for key in summary["within_modality"])
+
+
+def test_neighbour_tables_show_the_same_topic_share_of_sampled_neighbours():
+    table = {
+        "annoy": {"n_items": 40, "k": 20, "dim": 8, "metric": "angular", "n_trees": 10, "search_k": -1},
+        "recall_vs_exact": {"recall_at_k": 0.9, "n_queries": 10},
+        "same_topic_share": {"all_k": 0.523, "sample_pool": 0.709, "sample_k": 10},
+    }
+    runs = [make_run("ours", "Ours", 0, 0.6, 0.3, 0.2)]
+    doc, _ = build_report(ReportInputs("t", runs, neighbor_tables={"text": table}), output_dir=None)
+    md = doc.to_markdown()
+    assert "| text | 0.523 | 0.709 | 10 |" in md
+
+
+def test_training_table_says_whether_the_trunk_started_from_imagenet_weights():
+    run = make_run("ours", "Ours", 0, 0.6, 0.3, 0.2)
+    run.training = {**run.training, "trunk": "frozen", "imagenet_weights_loaded": True, "epochs": 7}
+    doc, _ = build_report(ReportInputs("t", [run]), output_dir=None)
+    training = section(doc.to_markdown(), "Training")
+    assert table_row(training, "Ours")[-3:] == ["0", "frozen", "true"]
+    assert table_row(training, "Ours")[2] == "7"

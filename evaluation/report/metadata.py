@@ -24,12 +24,29 @@ def training_and_data_section(
     """Training time per method, then the data: validation rejects, near-duplicate removal, splits and the
     Annoy neighbour tables with their recall against exact search."""
     doc.heading("Training")
+    runs_of: dict[str, list] = {}
+    for run in inputs.runs:
+        runs_of.setdefault(run.variant, []).append(run)
+
+    def flag(variant: str, key: str) -> str:
+        values = {str(run.training.get(key, "?")).lower() for run in runs_of.get(variant, [])}
+        return ",".join(sorted(values)) or "?"
+
     doc.table(
-        ["Method", "mean epoch (s)", "seeds"],
+        ["Method", "mean epoch (s)", "epochs run", "seeds", "trunk", "ImageNet weights"],
         [
-            [s["label"], f"{s['mean_epoch_seconds']:.1f}", ",".join(map(str, s["seeds"]))]
-            for s in summary.values()
+            [
+                s["label"],
+                f"{s['mean_epoch_seconds']:.1f}",
+                ",".join(str(run.training.get("epochs", "?")) for run in runs_of.get(variant, [])),
+                ",".join(map(str, s["seeds"])),
+                flag(variant, "trunk"),
+                flag(variant, "imagenet_weights_loaded"),
+            ]
+            for variant, s in summary.items()
         ],
+        caption="'ImageNet weights': whether the image trunk started from ImageNet weights (false: random "
+        "init, which a RuntimeWarning announced when the weights were asked for).",
     )
 
     doc.heading("Data")
@@ -78,6 +95,26 @@ def training_and_data_section(
             ["space", "items", "k", "dim", "metric", "n_trees", "search_k", "recall@k vs exact", "queries"],
             rows,
         )
+        shares = {
+            space: t["same_topic_share"]
+            for space, t in inputs.neighbor_tables.items()
+            if "same_topic_share" in t
+        }
+        if shares:
+            doc.table(
+                [
+                    "space",
+                    "same topic: all k",
+                    "same topic: the first sample_k (where i′ is drawn)",
+                    "sample_k",
+                ],
+                [
+                    [space, f"{s['all_k']:.3f}", f"{s['sample_pool']:.3f}", str(s["sample_k"])]
+                    for space, s in sorted(shares.items())
+                ],
+                caption="Share of neighbour-table entries whose ground-truth topic is the anchor's: the rate at "
+                "which a sampled i′ shares the anchor's topic (uniform over the pool; duplicates skipped).",
+            )
 
 
 def run_metadata_section(doc: Document, inputs: ReportInputs) -> None:

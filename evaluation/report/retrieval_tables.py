@@ -103,7 +103,10 @@ def table_1_section(
         doc.table(
             ["Method", "Direction", "Δ R@1", "95% CI", "p"],
             rows,
-            caption="10,000 paired resamples of test queries; per-query hits averaged over redraws and seeds.",
+            caption="10,000 paired resamples of test queries; per-query hits averaged over redraws and seeds. "
+            "Seeds are not resampled here, so these intervals leave out seed-to-seed variation and are "
+            "narrower than the headline's: a difference resolved here but not in the headline is not "
+            "robust to the training seed.",
         )
 
 
