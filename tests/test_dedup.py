@@ -8,14 +8,9 @@ import pytest
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 
 from pipeline.profiles import Profile
-from pipeline.steps import dedup
-from pipeline.steps.dedup import (
-    DedupIndex,
-    dedup_precision_recall,
-    deduplicate,
-    minhash_signatures,
-    text_shingles,
-)
+from pipeline.steps import dedup, minhash
+from pipeline.steps.dedup import DedupIndex, dedup_precision_recall, deduplicate
+from pipeline.steps.minhash import minhash_signatures, text_shingles
 
 VOCAB = [f"w{i}" for i in range(400)]
 
@@ -71,7 +66,7 @@ def test_shingles_normalise_case_and_punctuation_and_short_texts_use_their_words
 
 @pytest.mark.parametrize(("num_perm", "seed", "shingle_size"), [(128, 1, 3), (64, 7, 2)])
 def test_signatures_equal_datasketch_minhash_exactly(monkeypatch, num_perm, seed, shingle_size):
-    monkeypatch.setattr(dedup, "_BATCH_SHINGLES", 50)  # force many batches, incl. boundaries mid-corpus
+    monkeypatch.setattr(minhash, "_BATCH_SHINGLES", 50)  # force many batches, incl. boundaries mid-corpus
     odd_texts = ["", "Hi", "a b", "Ünïcödé wörds, here and there", "x " * 40]
     texts = random_texts(150, seed=3, words=8) + odd_texts
     signatures = minhash_signatures(texts, num_perm=num_perm, seed=seed, shingle_size=shingle_size)
@@ -93,7 +88,7 @@ def test_clusters_match_a_datasketch_lsh_insert_query_pipeline(lsh_threshold):
     signatures = minhash_signatures(texts)
     banding = dedup.default_lsh_threshold(0.6) if lsh_threshold is None else lsh_threshold
     lsh = MinHashLSH(threshold=banding, num_perm=128)
-    sketches = [LeanMinHash(seed=1, hashvalues=row, scheme=dedup.MINHASH_SCHEME) for row in signatures]
+    sketches = [LeanMinHash(seed=1, hashvalues=row, scheme=minhash.MINHASH_SCHEME) for row in signatures]
     for i, sketch in enumerate(sketches):
         lsh.insert(i, sketch)
     parent = list(range(len(ids)))

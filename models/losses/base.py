@@ -38,19 +38,25 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import Tensor, nn
 
+# the input guards live in checks; the loss interface re-exports the two names every loss file uses with it
+from models.losses.checks import NEIGHBOR_KEYWORDS, LossPreconditionError
+
+__all__ = [
+    "LOSSES",
+    "NEIGHBOR_KEYWORDS",
+    "Loss",
+    "LossOutput",
+    "LossPreconditionError",
+    "build_loss",
+    "register_loss",
+]
+
 LossOutput = dict[str, Tensor]
 
 LOSSES: dict[str, type[Loss[Any]]] = {}
 
-#: the keywords that carry sampled semantic neighbours (Eq. 5), in the order the input guards name them
-NEIGHBOR_KEYWORDS: tuple[str, ...] = ("neighbor_image", "neighbor_text", "neighbor_of")
-
 #: what ``prepare`` hands to ``compute`` and ``contributions``; each loss picks its own type
 Prepared = TypeVar("Prepared")
-
-
-class LossPreconditionError(ValueError):
-    """Raised when a loss is given inputs it cannot work with; the message says how to fix it."""
 
 
 class Loss(nn.Module, Generic[Prepared]):

@@ -1,10 +1,10 @@
 """Input guards, masks, distances and the PVSE similarity that several losses of this package build on, and
 the COCOS keys (Bleeker & de Rijke, ECIR 2022, §4) every loss reports, with the package's one ``COCOS_EPS``.
 
-Builds only on ``base``; the term modules (``pair_terms``, ``softmax_terms``) and the losses import it. Every
-function is pure: it reads its arguments and returns new tensors, built in the order the losses always built
-them, which keeps gradients bit for bit as they were (autograd sums a tensor's incoming gradients in the
-order of the graph).
+Imports nothing of the package; ``base``, the term modules (``pair_terms``, ``softmax_terms``) and the losses
+import it. Every function is pure: it reads its arguments and returns new tensors, built in the order the
+losses always built them, which keeps gradients bit for bit as they were (autograd sums a tensor's incoming
+gradients in the order of the graph).
 """
 
 from __future__ import annotations
@@ -15,7 +15,13 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from models.losses.base import NEIGHBOR_KEYWORDS, LossPreconditionError
+#: the keywords that carry sampled semantic neighbours (Eq. 5), in the order the input guards name them
+NEIGHBOR_KEYWORDS: tuple[str, ...] = ("neighbor_image", "neighbor_text", "neighbor_of")
+
+
+class LossPreconditionError(ValueError):
+    """Raised when a loss is given inputs it cannot work with; the message says how to fix it."""
+
 
 #: Bleeker & de Rijke §5: a candidate whose gradient weight is below this counts as not contributing.
 COCOS_EPS = 0.01

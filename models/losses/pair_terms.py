@@ -15,9 +15,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from models.losses.base import LossPreconditionError
 from models.losses.checks import (
     COCOS_EPS,
+    LossPreconditionError,
     Neighbours,
     check_choice,
     check_embedding_matrix,

@@ -15,8 +15,12 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from models.losses.base import LossPreconditionError
-from models.losses.checks import UNIT_NORM_TOLERANCE, check_pair_embeddings, same_group_mask
+from models.losses.checks import (
+    UNIT_NORM_TOLERANCE,
+    LossPreconditionError,
+    check_pair_embeddings,
+    same_group_mask,
+)
 
 # ------------------------------------------------------------------------------------ scores and partitions
 

@@ -1,4 +1,5 @@
-"""Near-duplicate text removal: batched MinHash signatures, LSH banding, verified clusters.
+"""Near-duplicate text removal: LSH banding of MinHash signatures (:mod:`pipeline.steps.minhash`), verified
+clusters.
 
 Texts are normalised (lowercase, punctuation removed) and cut into word shingles; two texts are
 near-duplicates when the Jaccard similarity of their shingle sets, estimated from MinHash
@@ -11,10 +12,8 @@ come from the banding datasketch's ``MinHashLSH`` would use, also done with nump
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -23,25 +22,24 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from datasketch import MinHash, MinHashLSH
+from datasketch import MinHashLSH
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-MINHASH_SCHEME = "affine32"
+from pipeline.steps.minhash import (
+    EMPTY_HASH,
+    MINHASH_SCHEME,
+    is_empty_signature,
+    minhash_signatures,
+    signature_hashes,
+)
+
 # How far below the verification threshold the LSH banding is tuned (see DedupIndex).
 LSH_SLACK = 0.2
-EMPTY_HASH = np.uint32(0xFFFFFFFF)
-# Shingles per numpy batch: the permuted batch is shingles x num_perm uint32 (~32 MiB at 128).
-_BATCH_SHINGLES = 65_536
 # Candidate pairs generated per numpy step, and verified per step (each verified pair gathers two
 # signature rows, 1 KiB at 128 permutations).
 _PAIRS_PER_CHUNK = 1_000_000
 _VERIFY_PAIRS = 65_536
-# Rows hashed per step (a column-major uint64 copy of the slab is made).
-_HASH_ROWS = 65_536
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
-_PUNCTUATION = re.compile(r"[^\w\s]|_")
 _SNIPPET_CHARS = 80
 _N_EXAMPLE_CLUSTERS = 5
 #: the defaults of :func:`deduplicate`; equal to the profiles' ``dedup_threshold`` / ``dedup_num_perm`` /
@@ -49,130 +47,6 @@ _N_EXAMPLE_CLUSTERS = 5
 DEFAULT_THRESHOLD = 0.7
 DEFAULT_NUM_PERM = 128
 DEFAULT_SHINGLE_SIZE = 3
-
-
-def normalise_for_dedup(text: str) -> list[str]:
-    """Lowercased words with punctuation removed ("Don't!" -> ["dont"])."""
-    return _PUNCTUATION.sub("", str(text).lower()).split()
-
-
-def text_shingles(text: str, shingle_size: int = 3) -> list[str]:
-    """Distinct word ``shingle_size``-grams of the normalised text, in order of first appearance.
-
-    A text with fewer words than ``shingle_size`` is represented by its words, so short texts are
-    still compared; a text with no words has no shingles and is never a duplicate.
-    """
-    if shingle_size < 1:
-        raise ValueError(f"shingle_size must be >= 1, got {shingle_size}")
-    words = normalise_for_dedup(text)
-    if len(words) < shingle_size:
-        return list(dict.fromkeys(words))
-    grams = (" ".join(words[i : i + shingle_size]) for i in range(len(words) - shingle_size + 1))
-    return list(dict.fromkeys(grams))
-
-
-def _fmix32(values: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 32-bit finaliser, as datasketch applies it before its affine permutations."""
-    values = values ^ (values >> np.uint32(16))
-    values = values * np.uint32(0x85EBCA6B)
-    values = values ^ (values >> np.uint32(13))
-    values = values * np.uint32(0xC2B2AE35)
-    return values ^ (values >> np.uint32(16))
-
-
-def _sha1_hash32(shingles: Sequence[str]) -> np.ndarray:
-    """datasketch's ``sha1_hash32`` of each shingle's UTF-8 bytes (first 4 SHA-1 bytes, little-endian)."""
-    digests = b"".join(hashlib.sha1(s.encode("utf-8")).digest()[:4] for s in shingles)
-    return np.frombuffer(digests, dtype="<u4").astype(np.uint32)
-
-
-def _batches(texts: Sequence[str], shingle_size: int) -> Iterator[tuple[int, list[list[str]]]]:
-    """(first document index, shingles of each document) with about ``_BATCH_SHINGLES`` shingles per batch."""
-    start, batch, n_shingles = 0, [], 0
-    for index, text in enumerate(texts):
-        shingles = text_shingles(text, shingle_size)
-        batch.append(shingles)
-        n_shingles += len(shingles)
-        if n_shingles >= _BATCH_SHINGLES:
-            yield start, batch
-            start, batch, n_shingles = index + 1, [], 0
-    if batch:
-        yield start, batch
-
-
-def minhash_signatures(
-    texts: Sequence[str], num_perm: int = 128, seed: int = 1, shingle_size: int = 3
-) -> np.ndarray:
-    """MinHash signatures uint32 [N, num_perm] of the texts' shingle sets.
-
-    Row i equals ``datasketch.MinHash(num_perm=num_perm, seed=seed)`` after ``update(s.encode())``
-    for every shingle s of text i: h = fmix32(sha1_hash32(s)), then min over shingles of
-    a_k * h + b_k mod 2^32 for each permutation k. A text without shingles keeps the empty value
-    2^32 - 1 everywhere. The values are uint32 because that is datasketch's own dtype for this scheme.
-    """
-    if num_perm < 2:
-        raise ValueError(f"num_perm must be >= 2, got {num_perm}")
-    a, b = MinHash(num_perm=num_perm, seed=seed).permutations
-    a = a.astype(np.uint32)[:, None]
-    b = b.astype(np.uint32)[:, None]
-    signatures = np.full((len(texts), num_perm), EMPTY_HASH, dtype=np.uint32)
-    for start, batch in _batches(texts, shingle_size):
-        lengths = np.array([len(s) for s in batch], dtype=np.int64)
-        non_empty = np.flatnonzero(lengths)
-        if non_empty.size == 0:
-            continue
-        flat = [shingle for shingles in batch for shingle in shingles]
-        hashed = _fmix32(_sha1_hash32(flat))[None, :]
-        # [num_perm, shingles]: reducing along the contiguous last axis is several times faster.
-        permuted = a * hashed + b  # uint32 arithmetic wraps: this is the mod 2^32
-        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))[non_empty]
-        signatures[start + non_empty] = np.minimum.reduceat(permuted, offsets, axis=1).T
-    return signatures
-
-
-def _is_empty_signature(signatures: np.ndarray) -> np.ndarray:
-    return np.all(signatures == EMPTY_HASH, axis=1)
-
-
-def _fold_words(columns: np.ndarray) -> np.ndarray:
-    """FNV-style fold of uint64 word rows [k, n] into n values (equal columns give equal values)."""
-    folded = np.full(columns.shape[1], _FNV_OFFSET, dtype=np.uint64)
-    for word in columns:
-        folded ^= word
-        folded *= _FNV_PRIME
-    return folded
-
-
-def _fmix64(values: np.ndarray) -> np.ndarray:
-    values = values ^ (values >> np.uint64(33))
-    values = values * np.uint64(0xFF51AFD7ED558CCD)
-    values = values ^ (values >> np.uint64(33))
-    values = values * np.uint64(0xC4CEB9FE1A85EC53)
-    return values ^ (values >> np.uint64(33))
-
-
-def _signature_hashes(
-    signatures: np.ndarray, bands: int, rows_per_band: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """64-bit hashes of each signature's LSH bands [N, bands] and of the whole signature [N].
-
-    Equal bands always get equal hashes. A band-hash collision only adds a candidate that
-    verification drops; a whole-signature collision (odds about N^2 / 2^65) could hide one row
-    behind another's representative, which is negligible at any corpus size here.
-    """
-    n_rows = len(signatures)
-    band_hashes = np.empty((n_rows, bands), dtype=np.uint64)
-    whole = np.empty(n_rows, dtype=np.uint64)
-    for start in range(0, n_rows, _HASH_ROWS):
-        # One column-major copy of a slab of rows: every word pass then reads contiguous memory.
-        columns = np.ascontiguousarray(signatures[start : start + _HASH_ROWS].T, dtype=np.uint64)
-        stop = start + columns.shape[1]
-        for band in range(bands):
-            band_hashes[start:stop, band] = _fmix64(
-                _fold_words(columns[band * rows_per_band : (band + 1) * rows_per_band])
-            )
-        whole[start:stop] = _fmix64(_fold_words(columns))
-    return band_hashes, whole
 
 
 def _pairs_in_runs(keys: np.ndarray, rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -248,7 +122,7 @@ class DedupIndex:
         self.edges = np.zeros((0, 2), dtype=np.int64)
         self._row_of: dict[str, int] = {}
         self._band_hashes = np.zeros((0, self.bands), dtype=np.uint64)
-        self._signature_hashes = np.zeros(0, dtype=np.uint64)
+        self.signature_hashes = np.zeros(0, dtype=np.uint64)
 
     def __len__(self) -> int:
         return len(self.pair_ids)
@@ -280,9 +154,9 @@ class DedupIndex:
         self.signatures = (
             new_signatures if first_new == 0 else np.concatenate([self.signatures, new_signatures])
         )
-        band_hashes, whole = _signature_hashes(new_signatures, self.bands, self.rows_per_band)
+        band_hashes, whole = signature_hashes(new_signatures, self.bands, self.rows_per_band)
         self._band_hashes = np.concatenate([self._band_hashes, band_hashes])
-        self._signature_hashes = np.concatenate([self._signature_hashes, whole])
+        self.signature_hashes = np.concatenate([self.signature_hashes, whole])
         return first_new
 
     def _candidates(self, first_new: int) -> np.ndarray:
@@ -292,9 +166,9 @@ class DedupIndex:
         # Rows with identical signatures fall in the same bucket of every band: link each to the first
         # row with that signature and band only those first rows, so repeated texts (a caption
         # used a thousand times) add a thousand links rather than half a million candidate pairs.
-        usable_rows = np.flatnonzero(~_is_empty_signature(self.signatures))
+        usable_rows = np.flatnonzero(~is_empty_signature(self.signatures))
         _, first_of_hash, hash_group = np.unique(
-            self._signature_hashes[usable_rows], return_index=True, return_inverse=True
+            self.signature_hashes[usable_rows], return_index=True, return_inverse=True
         )
         first_with_signature = usable_rows[first_of_hash][hash_group]
         linked = (usable_rows >= first_new) & (first_with_signature != usable_rows)
@@ -477,7 +351,7 @@ def deduplicate_into(index: DedupIndex, manifest: pd.DataFrame, shingle_size: in
         "n_signatures_computed": len(texts),
         "n_indexed_before": len(earlier),
         "n_clusters": len(clusters),
-        "n_without_shingles": int(_is_empty_signature(signatures).sum()),
+        "n_without_shingles": int(is_empty_signature(signatures).sum()),
         "cluster_size_histogram": {str(size): n for size, n in sorted(Counter(map(len, clusters)).items())},
         "threshold": index.threshold,
         "lsh_threshold": index.lsh_threshold,
