@@ -56,3 +56,14 @@ def test_a_bad_name_exits_2_with_one_line_before_any_work(tmp_path, args, messag
 def test_called_from_code_the_error_is_raised(params, message):
     with pytest.raises(RunConfigurationError, match=message):
         FullRun(**params)
+
+
+def test_model_tasks_take_a_gpu_only_when_cuda_is_present(monkeypatch):
+    import torch
+
+    from pipeline import Evaluate, Train
+
+    for present, expected in ((False, {}), (True, {"gpu": 1})):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda present=present: present)
+        assert Train(profile="smoke").resources == expected
+        assert Evaluate(profile="smoke").resources == expected

@@ -34,6 +34,13 @@ class VariantParams:
     )
     seed = luigi.IntParameter(default=0, description="training seed (model init, batches, flips)")
 
+    @property
+    def resources(self) -> dict[str, int]:
+        """One unit of Luigi's ``gpu`` resource when CUDA is present (``[resources] gpu`` in luigi.cfg says how
+        many a scheduler hands out), so a scheduler never puts more models on a host's GPU than it holds;
+        nothing on CPU, where Luigi would otherwise count an undeclared resource as 1 and serialise runs."""
+        return {"gpu": 1} if torch.cuda.is_available() else {}
+
     def variant_spec(self) -> dict[str, Any]:
         return resolve_variant(
             self.variant, recursively_unfreeze(self.variant_overrides), self.settings.loss_defaults
