@@ -7,8 +7,11 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import random
+import shutil
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +28,15 @@ from models.losses import Loss
 from models.settings import TrainSettings
 
 LAST_CHECKPOINT = "checkpoint_last.pt"
+#: the checkpoint before the last one: what resume falls back to when the last one is unusable
+PREV_CHECKPOINT = "checkpoint_prev.pt"
 BEST_CHECKPOINT = "model_best.pt"
 HISTORY_FILE = "history.csv"
+#: what a resumable checkpoint must hold
+CHECKPOINT_KEYS = frozenset(
+    "epoch model optimizer scheduler sampler flip_generator torch_rng numpy_rng python_rng history "
+    "best_epoch best_val_loss".split()
+)
 
 
 @dataclass
@@ -247,6 +257,7 @@ class Trainer:
             tmp.write_bytes(buffer.getvalue())
 
     def _checkpoint(self, epoch: int, result: TrainResult) -> None:
+        self._keep_previous()
         self._save(
             self.work_dir / LAST_CHECKPOINT,
             {
@@ -265,11 +276,71 @@ class Trainer:
             },
         )
 
+    def _keep_previous(self) -> None:
+        """Publish the current last checkpoint as ``checkpoint_prev.pt`` before it is replaced, so that a last
+        checkpoint found unusable on resume still has a predecessor to fall back to.
+
+        A hard link (a copy where the filesystem has none) rather than a rename: ``checkpoint_last.pt`` stays
+        in place until its successor is complete, so a kill at any point leaves a loadable last checkpoint.
+        """
+        last = self.work_dir / LAST_CHECKPOINT
+        if not last.exists():
+            return
+        with atomic_path(self.work_dir / PREV_CHECKPOINT) as tmp:
+            tmp.unlink()
+            try:
+                os.link(last, tmp)
+            except OSError:  # no hard links here
+                shutil.copyfile(last, tmp)
+
+    def _read_checkpoint(self, path: Path) -> tuple[dict | None, str]:
+        """The checkpoint at ``path`` if it is safe to resume from, else ``None`` and why not.
+
+        Checked before anything is applied, so a bad file can never leave the trainer half restored. Loaded
+        to the CPU: the RNG states must be CPU tensors, and ``load_state_dict`` moves the rest to the model.
+        """
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as error:  # truncated zip, random bytes, bad pickle: all mean "unreadable"
+            return None, f"it cannot be loaded ({type(error).__name__}: {error})"
+        if not isinstance(state, dict) or not CHECKPOINT_KEYS <= state.keys():
+            found = sorted(state) if isinstance(state, dict) else type(state).__name__
+            return None, f"it lacks checkpoint keys (has {found})"
+        expected = self.model.state_dict()
+        weights = state["model"]
+        if not isinstance(weights, dict) or weights.keys() != expected.keys():
+            return None, "its model weights do not name this model's parameters"
+        if mismatched := [k for k, v in expected.items() if getattr(weights[k], "shape", None) != v.shape]:
+            return None, f"its weights {mismatched[:5]} do not have this model's shapes"
+        if bad := _non_finite({"model": weights, "optimizer": state["optimizer"]}):
+            return None, f"it holds non-finite values in {bad[:5]}"
+        return state, ""
+
     def _resume(self, result: TrainResult) -> int:
-        path = self.work_dir / LAST_CHECKPOINT
-        if not path.exists():
+        """Restore the newest usable checkpoint (last, else prev) and return its epoch; 0 when there is none.
+
+        An unusable checkpoint (unreadable, keys missing, not this model's shapes, non-finite weights) is never
+        loaded: a ``RuntimeWarning`` names it and why, and it is renamed to ``<name>.corrupt-<n>`` (kept for
+        inspection, nothing deleted) before the next one is tried. With neither usable, training restarts
+        from epoch 0 with the trainer as constructed, which is what a fresh run with the same seeds does.
+        Resuming from prev redoes the epochs after it; the RNG states it holds make them repeat exactly.
+        """
+        for name in (LAST_CHECKPOINT, PREV_CHECKPOINT):
+            path = self.work_dir / name
+            if not path.exists():
+                continue
+            state, problem = self._read_checkpoint(path)
+            if state is not None:
+                break
+            aside = _set_aside(path, "corrupt")
+            warnings.warn(
+                f"checkpoint {path} is unusable: {problem}; moved to {aside.name}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        else:
+            self._check_best(-1, result)
             return 0
-        state = torch.load(path, map_location=self.device, weights_only=False)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -282,7 +353,36 @@ class Trainer:
         result.best_epoch = state["best_epoch"]
         result.best_val_loss = state["best_val_loss"]
         result.resumed_from_epoch = state["epoch"]
+        self._check_best(state["best_epoch"], result)
         return state["epoch"]
+
+    def _check_best(self, best_epoch: int, result: TrainResult) -> None:
+        """Keep ``model_best.pt`` only if it holds the resumed run's ``best_epoch``.
+
+        After a fallback (to prev, or to a restart), or a kill between writing the best and the last
+        checkpoint, it may come from an epoch beyond the resumed one, of a trajectory now being redone. It is
+        then renamed to ``model_best.pt.stale-<n>`` and best tracking restarts with the next epoch, so the
+        file and the reported ``best_epoch`` always agree. With fixed seeds the redone epochs repeat the lost
+        ones, so the run still ends with the same best as an uninterrupted one.
+        """
+        path = self.work_dir / BEST_CHECKPOINT
+        try:
+            held = torch.load(path, map_location="cpu", weights_only=True)["epoch"]
+        except FileNotFoundError:
+            held = -1
+        except Exception:  # unreadable: certainly not the resumed best
+            held = None
+        if held == best_epoch:
+            return
+        if held != -1:
+            aside = _set_aside(path, "stale")
+            warnings.warn(
+                f"{path} holds {'an unreadable model' if held is None else f'epoch {held}'}, not the resumed "
+                f"best epoch {best_epoch}; moved to {aside.name}, best model tracked again from here",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        result.best_epoch, result.best_val_loss = -1, math.inf
 
     def _write_history(self, history: list[dict]) -> None:
         columns = sorted({key for row in history for key in row}, key=lambda c: (c != "epoch", c))
@@ -294,6 +394,12 @@ class Trainer:
             tmp.write_text(buffer.getvalue())
 
     # ------------------------------------------------------------------ loop
+    def _kept(self, epoch: int) -> str:
+        """What a failed epoch leaves: nothing is written before an epoch ends, so the files of ``epoch``."""
+        if epoch < 1:
+            return f"no epoch had been checkpointed in {self.work_dir} yet"
+        return f"the last good checkpoint (epoch {epoch}) is kept in {self.work_dir}"
+
     def _plateaued(self, result: TrainResult, last_epoch: int) -> bool:
         """Early stopping: the validation loss has not improved for ``early_stopping_patience`` epochs."""
         patience = self.settings.early_stopping_patience
@@ -318,14 +424,22 @@ class Trainer:
                 disable=self.progress is False or None,
                 leave=False,
             )
-            for batch in bar:
-                logged = self.train_step(batch)
+            for index, batch in enumerate(bar):
+                try:
+                    logged = self.train_step(batch)
+                except FloatingPointError as error:
+                    where = f"at epoch {epoch}, batch {index + 1}/{self.sampler.batches_per_epoch}"
+                    raise FloatingPointError(f"{error} {where}; {self._kept(epoch - 1)}") from error
                 for name, value in logged.items():
                     sums[name] = sums.get(name, 0.0) + value
                 n_batches += 1
                 rows_seen += len(batch.rows)
                 bar.set_postfix(loss=f"{logged['loss']:.4f}")
             train_seconds = time.time() - started
+            if bad := _non_finite(self.model.state_dict()):  # a finite loss can still step to inf weights
+                raise FloatingPointError(
+                    f"non-finite weights {bad[:5]} after epoch {epoch}; {self._kept(epoch - 1)}"
+                )
             val_loss = self.validation_loss()
             self.scheduler.step(val_loss)
             row = {
@@ -352,6 +466,27 @@ class Trainer:
         if writer is not None:
             writer.close()
         return result
+
+
+def _non_finite(tree: object, prefix: str = "") -> list[str]:
+    """Dotted names of the floating-point tensors holding NaN or inf in nested dicts/lists of tensors."""
+    if isinstance(tree, Tensor):
+        return [prefix] if tree.is_floating_point() and not bool(torch.isfinite(tree).all()) else []
+    items = (
+        tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list | tuple) else []
+    )
+    return [
+        bad for key, value in items for bad in _non_finite(value, f"{prefix}.{key}" if prefix else str(key))
+    ]
+
+
+def _set_aside(path: Path, tag: str) -> Path:
+    """Rename ``path`` to the first free ``<name>.<tag>-<n>``: out of the way, but nothing lost."""
+    n = 1
+    while (aside := path.with_name(f"{path.name}.{tag}-{n}")).exists():
+        n += 1
+    path.replace(aside)
+    return aside
 
 
 def _tensorboard_writer(work_dir: Path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -13,10 +14,19 @@ from typing import Any, ClassVar
 
 import luigi
 
-from pipeline.io import atomic_directory, library_versions, read_json, read_output, write_json
+from pipeline.io import (
+    atomic_directory,
+    library_versions,
+    output_lock,
+    read_json,
+    read_output,
+    write_json,
+)
 from pipeline.profiles import Profile, get_profile
 
 META_FILE = "_meta.json"
+
+logger = logging.getLogger("luigi-interface")
 
 
 def threads_per_worker() -> int:
@@ -112,24 +122,32 @@ class HashedTask(luigi.Task):
         import torch  # imported here: the scheduler process never needs it
 
         torch.set_num_threads(threads_per_worker())
-        started = time.time()
-        with atomic_directory(self.output_dir(), resume=self.resumable) as work_dir:
-            summary = self.produce(work_dir)
-            write_json(
-                work_dir / META_FILE,
-                {
-                    "task": self.get_task_family(),
-                    "task_id": self.task_id,
-                    "signature": self.signature(),
-                    "config": self.config(),
-                    "params": {name: str(value) for name, value in self.param_kwargs.items()},
-                    "upstream": {task.get_task_family(): str(task.output_dir()) for task in self.upstream()},
-                    "versions": library_versions(),
-                    "wall_time_s": round(time.time() - started, 3),
-                    "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    "summary": summary,
-                },
-            )
+        # one process at a time builds this output (pipeline.io.output_lock): a second run on the same run
+        # root that scheduled this task too waits here, then takes the first one's output as it is
+        with output_lock(self.output_dir()):
+            if self.complete():
+                logger.info("%s: produced by another process while this one waited", self.task_id)
+                return
+            started = time.time()
+            with atomic_directory(self.output_dir(), resume=self.resumable) as work_dir:
+                summary = self.produce(work_dir)
+                write_json(
+                    work_dir / META_FILE,
+                    {
+                        "task": self.get_task_family(),
+                        "task_id": self.task_id,
+                        "signature": self.signature(),
+                        "config": self.config(),
+                        "params": {name: str(value) for name, value in self.param_kwargs.items()},
+                        "upstream": {
+                            task.get_task_family(): str(task.output_dir()) for task in self.upstream()
+                        },
+                        "versions": library_versions(),
+                        "wall_time_s": round(time.time() - started, 3),
+                        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "summary": summary,
+                    },
+                )
 
     def meta(self) -> dict[str, Any]:
         return read_json(self.output_dir() / META_FILE)

@@ -1,13 +1,27 @@
-"""Atomic writes and run metadata: every output appears whole or not at all."""
+"""Atomic writes and run metadata: every output appears whole or not at all.
+
+The faults this guards against (each has a test in tests/test_faults_pipeline.py):
+
+* a process killed mid-task leaves only ``<final>.partial``: ``_meta.json`` is written last and the folder
+  is renamed into place whole, so a half-built output is never taken as complete;
+* two processes producing the same output at once (two runs on one run root): only the holder of
+  ``<final>.lock`` builds it; the other waits, then finds it done (see :func:`output_lock`);
+* a full disk: the error names the file or folder being written, and the partial output of a task that
+  cannot resume is removed, which also gives the space back.
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
+import logging
 import os
 import platform
 import shutil
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -17,7 +31,19 @@ import pandas as pd
 
 from models.files import atomic_path
 
-__all__ = ["atomic_path", "atomic_directory", "write_json", "read_json", "save_array", "save_frame"]
+__all__ = [
+    "DiskFullError",
+    "atomic_path",
+    "atomic_directory",
+    "output_lock",
+    "write_json",
+    "read_json",
+    "save_array",
+    "save_frame",
+    "save_text",
+]
+
+logger = logging.getLogger("luigi-interface")
 
 TRACKED_PACKAGES = (
     "torch",
@@ -31,6 +57,9 @@ TRACKED_PACKAGES = (
     "luigi",
 )
 
+#: flock is not supported here (some network file systems): outputs are built without the lock
+_NO_LOCKING = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}
+
 
 def library_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
@@ -42,26 +71,175 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+class DiskFullError(OSError):
+    """``ENOSPC`` with the path that could not be written: the bare ``[Errno 28] No space left on device``
+    of a ``write()`` names no file, and a user needs to know which disk (run root, temp dir) filled up."""
+
+
+def disk_full(path: Path | str, cause: OSError) -> DiskFullError:
+    """A :class:`DiskFullError` for ``path`` (built from ``(errno, message)`` only, so it pickles)."""
+    return DiskFullError(
+        errno.ENOSPC, f"no space left on device while writing {path}: {cause.strerror or cause}"
+    )
+
+
+@contextmanager
+def _naming_disk_full(path: Path, *, or_the_errors_own: bool = False) -> Iterator[None]:
+    """Re-raise ``ENOSPC`` inside the block as :class:`DiskFullError` naming ``path`` (a save helper's
+    destination, not its temp file) or, with ``or_the_errors_own``, the file the error itself names when it
+    names one (the destination of a rename first), ``path`` otherwise."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        named = (error.filename2 or error.filename) if or_the_errors_own else None
+        raise disk_full(named or path, error) from error
+
+
+def partial_path(final: Path) -> Path:
+    """Where ``final`` is built before it is renamed into place."""
+    final = Path(final)
+    return final.with_name(final.name + ".partial")
+
+
+def lock_path(final: Path) -> Path:
+    """The lock file whose holder alone builds ``final`` (removed when it is released)."""
+    final = Path(final)
+    return final.with_name(final.name + ".lock")
+
+
+# locks this thread holds, by (process, lock file): output_lock is re-entrant (HashedTask.run holds it
+# around atomic_directory, which takes it too); the pid keeps a forked worker from inheriting its parent's
+_held = threading.local()
+
+
+@contextmanager
+def output_lock(final: Path) -> Iterator[None]:
+    """Hold the exclusive right to build ``final``: an ``fcntl.flock`` on ``<final>.lock``.
+
+    Why: two local-scheduler runs on one run root each schedule the same task. Without the lock the second
+    cleared the first's ``.partial`` folder while it was being written, and the first then renamed a folder
+    holding a mix of both runs' files, or nothing but its ``_meta.json``, into place as complete. With it
+    the second blocks (logging which pid it waits for) and, once it gets the lock, finds the output complete
+    (see ``HashedTask.run``). A killed holder's lock is released by the kernel, so a rerun never waits for a
+    dead process. The lock file is removed by its holder before release; a waiter that then gets the lock
+    on the removed file notices (the path no longer leads to its file) and takes the lock again.
+    """
+    path = lock_path(final)
+    key = (os.getpid(), str(path.absolute()))
+    held: dict[tuple[int, str], int] = _held.__dict__.setdefault("locks", {})
+    if key in held:
+        held[key] += 1
+        try:
+            yield
+        finally:
+            held[key] -= 1
+        return
+    fd = _acquire(path, Path(final))
+    held[key] = 1
+    try:
+        yield
+    finally:
+        del held[key]
+        if fd is not None:
+            _release(path, fd)
+
+
+def _acquire(path: Path, final: Path) -> int | None:
+    """An open, exclusively locked descriptor of the lock file now at ``path`` (None where the file system
+    cannot lock)."""
+    with _naming_disk_full(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                    logger.warning("waiting for %s: another process (pid %s) is producing it", final, holder)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                if _is_file_at(fd, path):
+                    with suppress(OSError):  # the pid is for the message above only
+                        os.ftruncate(fd, 0)
+                        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                    return fd
+            except OSError as error:
+                os.close(fd)
+                if error.errno in _NO_LOCKING:
+                    logger.warning("cannot lock %s (%s): runs sharing this run root may collide", path, error)
+                    return None
+                raise
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # its holder removed that file on release: lock the one at ``path`` now
+
+
+def _is_file_at(fd: int, path: Path) -> bool:
+    try:
+        on_disk = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (on_disk.st_dev, on_disk.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _release(path: Path, fd: int) -> None:
+    try:
+        with suppress(FileNotFoundError):
+            os.unlink(path)  # while still held: nobody can have locked the file now at ``path`` but us
+    finally:
+        os.close(fd)
+
+
+def _remove_stale_temp_files(folder: Path) -> None:
+    """Delete the temp files of atomic writes (``.<name>.<random>.tmp``) that a killed process left in a
+    partial folder: never valid (a write publishes only by renaming), they would otherwise be renamed into
+    the complete output with it."""
+    for path in folder.rglob(".*.tmp"):
+        if path.is_file():
+            path.unlink()
+
+
 @contextmanager
 def atomic_directory(final: Path, *, resume: bool = False) -> Iterator[Path]:
     """Build a directory as ``<final>.partial`` and rename it to ``final`` when the block succeeds.
 
     With ``resume=True`` an existing ``.partial`` folder (left by a killed run) is kept, so a task can pick
-    up its checkpoints; otherwise it is cleared first.
+    up its checkpoints (stale temp files of interrupted writes removed); otherwise it is cleared first.
+    Only one process at a time builds ``final`` (:func:`output_lock`), so the ``.partial`` folder is never
+    shared. ``ENOSPC`` anywhere in the block is raised as :class:`DiskFullError` naming the path; the
+    partial folder is then removed unless ``resume`` (the checkpoints it keeps are what a rerun resumes
+    from once space is freed). On any other error it stays for inspection (e.g. the ``rejects.csv`` of a
+    rejected input) and is cleared by the next run.
     """
     final = Path(final)
-    partial = final.with_name(final.name + ".partial")
-    if partial.exists() and not resume:
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True, exist_ok=True)
-    yield partial
-    if final.exists():  # an earlier incomplete output (no metadata): replace it whole
-        shutil.rmtree(final)
-    os.replace(partial, final)
+    partial = partial_path(final)
+    with output_lock(final):
+        try:
+            with _naming_disk_full(partial, or_the_errors_own=True):
+                if partial.exists():
+                    if resume:
+                        _remove_stale_temp_files(partial)
+                    else:
+                        shutil.rmtree(partial)
+                partial.mkdir(parents=True, exist_ok=True)
+                yield partial
+                if final.exists():  # an earlier incomplete output (no metadata): replace it whole
+                    shutil.rmtree(final)
+                os.replace(partial, final)
+        except DiskFullError:
+            if not resume:
+                shutil.rmtree(partial, ignore_errors=True)
+            raise
 
 
 def write_json(path: Path, payload: Any) -> None:
-    with atomic_path(path) as tmp:
+    with _naming_disk_full(path), atomic_path(path) as tmp:
         tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
@@ -85,18 +263,18 @@ def read_output(path: Path, **options: Any) -> Any:
 
 
 def save_array(path: Path, array: np.ndarray) -> None:
-    with atomic_path(path) as tmp:
+    with _naming_disk_full(path), atomic_path(path) as tmp:
         with open(tmp, "wb") as handle:
             np.save(handle, array)
 
 
 def save_frame(path: Path, frame: pd.DataFrame) -> None:
-    with atomic_path(path) as tmp:
+    with _naming_disk_full(path), atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
 
 
 def save_text(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp:
+    with _naming_disk_full(path), atomic_path(path) as tmp:
         tmp.write_text(text)
 
 

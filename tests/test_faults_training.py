@@ -1,0 +1,226 @@
+"""Faults the trainer must survive with nothing lost: a NaN loss, non-finite weights, unusable checkpoints on
+resume, and a checkpoint write that dies half way — on the tiny synthetic data of ``tests.test_training``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import models.files
+from models.training import (
+    BEST_CHECKPOINT,
+    LAST_CHECKPOINT,
+    PREV_CHECKPOINT,
+    Trainer,
+    TrainResult,
+)
+from tests.test_training import SETTINGS, ours_losses, tiny_data, tiny_model
+
+CHECKPOINTS = (LAST_CHECKPOINT, PREV_CHECKPOINT, BEST_CHECKPOINT)
+
+
+def _trainer(work_dir: Path, epochs: int, losses=None) -> Trainer:
+    table = np.stack([(np.arange(32) + s) % 32 for s in (1, 2, 3)], axis=1)
+    return Trainer(
+        tiny_model(0),
+        losses or ours_losses(),
+        tiny_data(),
+        np.arange(32),
+        np.arange(32, 40),
+        replace(SETTINGS, epochs=epochs),
+        0,
+        work_dir,
+        neighbors=table,
+        progress=False,
+    )
+
+
+def _files(work_dir: Path) -> dict[str, tuple[bytes, int]]:
+    """Bytes and mtime of each checkpoint present."""
+    return {
+        name: ((work_dir / name).read_bytes(), (work_dir / name).stat().st_mtime_ns)
+        for name in CHECKPOINTS
+        if (work_dir / name).exists()
+    }
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+
+
+def _assert_same_weights(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert actual.keys() == expected.keys()
+    unequal = [name for name in expected if not torch.equal(actual[name], expected[name])]
+    assert not unequal, f"tensors differ from the uninterrupted run: {unequal}"
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> tuple[TrainResult, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """An uninterrupted 3-epoch run: its result, final weights and best weights."""
+    work_dir = tmp_path_factory.mktemp("straight")
+    trainer = _trainer(work_dir, 3)
+    result = trainer.fit()
+    return result, trainer.model.state_dict(), _weights(work_dir / BEST_CHECKPOINT)
+
+
+def test_nan_loss_names_epoch_and_batch_skips_the_step_and_leaves_earlier_checkpoints_untouched(tmp_path):
+    losses = ours_losses()
+    trainer = _trainer(tmp_path, 3, losses)
+    per_epoch = trainer.sampler.batches_per_epoch
+    fail_at = 2 * per_epoch + 2  # epoch 3, batch 2
+    calls, before_step = 0, {}
+    forward = losses[1].forward
+
+    def nan_at_one_call(**inputs):
+        nonlocal calls, before_step
+        calls += 1
+        parts = forward(**inputs)
+        if calls != fail_at:
+            return parts
+        before_step = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        return {name: value * float("nan") for name, value in parts.items()}
+
+    losses[1].forward = nan_at_one_call
+    snapshots = []
+    checkpoint = trainer._checkpoint
+
+    def checkpoint_and_snapshot(epoch, result):
+        checkpoint(epoch, result)
+        snapshots.append(_files(tmp_path))
+
+    trainer._checkpoint = checkpoint_and_snapshot
+
+    with pytest.raises(FloatingPointError) as raised:
+        trainer.fit()
+
+    message = str(raised.value)
+    assert f"at epoch 3, batch 2/{per_epoch}" in message
+    assert "within_modality.within_text_loss" in message and "nan" in message
+    assert f"last good checkpoint (epoch 2) is kept in {tmp_path}" in message
+    assert len(snapshots) == 2 and set(snapshots[-1]) == set(CHECKPOINTS)
+    assert _files(tmp_path) == snapshots[-1], "a checkpoint of an earlier epoch was rewritten"
+    _assert_same_weights(trainer.model.state_dict(), before_step)  # the NaN batch took no optimizer step
+
+
+def test_non_finite_weights_after_an_epoch_are_never_checkpointed(tmp_path):
+    trainer = _trainer(tmp_path, 2)
+    trainer.fit()
+    before = _files(tmp_path)
+    trainer = _trainer(tmp_path, 3)
+    step = trainer.optimizer.step
+    calls = 0
+
+    def step_to_inf(*args, **kwargs):  # the epoch's last step overflows though every loss was finite
+        nonlocal calls
+        step(*args, **kwargs)
+        calls += 1
+        if calls == trainer.sampler.batches_per_epoch:
+            with torch.no_grad():
+                next(trainer.model.parameters()).fill_(float("inf"))
+
+    trainer.optimizer.step = step_to_inf
+    with pytest.raises(
+        FloatingPointError, match=r"non-finite weights .* after epoch 3; the last good checkpoint"
+    ):
+        trainer.fit()
+    assert _files(tmp_path) == before
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(np.random.default_rng(1).bytes(path.stat().st_size))
+
+
+def _nan_weight(path: Path) -> None:
+    state = torch.load(path, weights_only=False)
+    next(iter(state["model"].values())).view(-1)[0] = float("nan")
+    torch.save(state, path)
+
+
+BREAKS = {"truncated": _truncate, "garbage": _garbage, "nan_weight": _nan_weight}
+
+
+@pytest.mark.parametrize("fault", BREAKS)
+def test_unusable_last_checkpoint_is_set_aside_and_resume_falls_back_to_prev(tmp_path, fault, straight):
+    straight_result, straight_weights, straight_best = straight
+    _trainer(tmp_path, 2).fit()  # "killed" after epoch 2: prev holds epoch 1, last epoch 2
+    BREAKS[fault](tmp_path / LAST_CHECKPOINT)
+    broken = (tmp_path / LAST_CHECKPOINT).read_bytes()
+
+    trainer = _trainer(tmp_path, 3)
+    with pytest.warns(RuntimeWarning, match=rf"{LAST_CHECKPOINT} is unusable: .*corrupt-1"):
+        result = trainer.fit()
+
+    assert (tmp_path / f"{LAST_CHECKPOINT}.corrupt-1").read_bytes() == broken, "the bad file is kept aside"
+    assert result.resumed_from_epoch == 1 and len(result.history) == 3
+    _assert_same_weights(trainer.model.state_dict(), straight_weights)
+    _assert_same_weights(_weights(tmp_path / BEST_CHECKPOINT), straight_best)
+    assert result.best_epoch == straight_result.best_epoch
+
+
+@pytest.mark.parametrize("fault", BREAKS)
+def test_unusable_last_checkpoint_without_prev_restarts_from_scratch(tmp_path, fault, straight):
+    straight_result, straight_weights, straight_best = straight
+    _trainer(tmp_path, 1).fit()  # only a last checkpoint, and a best model of epoch 1
+    BREAKS[fault](tmp_path / LAST_CHECKPOINT)
+    assert not (tmp_path / PREV_CHECKPOINT).exists()
+
+    trainer = _trainer(tmp_path, 3)
+    with pytest.warns(RuntimeWarning) as warned:
+        result = trainer.fit()
+
+    messages = [str(w.message) for w in warned]
+    assert any(f"{LAST_CHECKPOINT} is unusable" in m for m in messages)
+    assert any(f"{BEST_CHECKPOINT} holds epoch 1, not the resumed best epoch -1" in m for m in messages)
+    assert (tmp_path / f"{LAST_CHECKPOINT}.corrupt-1").exists()
+    assert (tmp_path / f"{BEST_CHECKPOINT}.stale-1").exists(), "the old run's best model is kept aside"
+    assert result.resumed_from_epoch == 0 and len(result.history) == 3
+    _assert_same_weights(trainer.model.state_dict(), straight_weights)
+    _assert_same_weights(_weights(tmp_path / BEST_CHECKPOINT), straight_best)
+    assert result.best_epoch == straight_result.best_epoch
+
+
+@pytest.mark.parametrize("failing", ["every_checkpoint_rename", "only_the_new_last_checkpoint"])
+def test_kill_during_checkpoint_write_leaves_the_old_checkpoint_intact(tmp_path, monkeypatch, failing):
+    _trainer(tmp_path, 1).fit()
+    before = (tmp_path / LAST_CHECKPOINT).read_bytes()
+    targets = (
+        {LAST_CHECKPOINT} if failing == "only_the_new_last_checkpoint" else {LAST_CHECKPOINT, PREV_CHECKPOINT}
+    )
+    real_replace = os.replace
+
+    def dies_on_checkpoints(src, dst):
+        if Path(dst).name in targets:
+            raise OSError("simulated kill during the rename")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(models.files.os, "replace", dies_on_checkpoints)
+    with pytest.raises(OSError, match="simulated kill"):
+        _trainer(tmp_path, 2).fit()
+    monkeypatch.undo()
+
+    assert (tmp_path / LAST_CHECKPOINT).read_bytes() == before
+    assert not list(tmp_path.glob(".*.tmp")), "a temp file of the failed write remains"
+    if (tmp_path / PREV_CHECKPOINT).exists():
+        assert (tmp_path / PREV_CHECKPOINT).read_bytes() == before
+    assert _trainer(tmp_path, 2)._resume(TrainResult()) == 1
+
+
+def test_prev_checkpoint_is_copied_where_hard_links_fail(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise OSError("no hard links on this filesystem")
+
+    monkeypatch.setattr(os, "link", no_links)
+    _trainer(tmp_path, 2).fit()
+    prev = torch.load(tmp_path / PREV_CHECKPOINT, weights_only=False)
+    assert prev["epoch"] == 1 and len(prev["history"]) == 1
+    assert not list(tmp_path.glob(".*.tmp"))
