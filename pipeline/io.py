@@ -19,7 +19,6 @@ import logging
 import os
 import platform
 import shutil
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from importlib import metadata
@@ -111,11 +110,6 @@ def lock_path(final: Path) -> Path:
     return final.with_name(final.name + ".lock")
 
 
-# locks this thread holds, by (process, lock file): output_lock is re-entrant (HashedTask.run holds it
-# around atomic_directory, which takes it too); the pid keeps a forked worker from inheriting its parent's
-_held = threading.local()
-
-
 @contextmanager
 def output_lock(final: Path) -> Iterator[None]:
     """Hold the exclusive right to build ``final``: an ``fcntl.flock`` on ``<final>.lock``.
@@ -129,21 +123,10 @@ def output_lock(final: Path) -> Iterator[None]:
     on the removed file notices (the path no longer leads to its file) and takes the lock again.
     """
     path = lock_path(final)
-    key = (os.getpid(), str(path.absolute()))
-    held: dict[tuple[int, str], int] = _held.__dict__.setdefault("locks", {})
-    if key in held:
-        held[key] += 1
-        try:
-            yield
-        finally:
-            held[key] -= 1
-        return
     fd = _acquire(path, Path(final))
-    held[key] = 1
     try:
         yield
     finally:
-        del held[key]
         if fd is not None:
             _release(path, fd)
 
@@ -211,31 +194,30 @@ def atomic_directory(final: Path, *, resume: bool = False) -> Iterator[Path]:
 
     With ``resume=True`` an existing ``.partial`` folder (left by a killed run) is kept, so a task can pick
     up its checkpoints (stale temp files of interrupted writes removed); otherwise it is cleared first.
-    Only one process at a time builds ``final`` (:func:`output_lock`), so the ``.partial`` folder is never
-    shared. ``ENOSPC`` anywhere in the block is raised as :class:`DiskFullError` naming the path; the
+    The caller holds :func:`output_lock` of ``final`` (``HashedTask.run`` does, and checks completeness under
+    it), so the ``.partial`` folder is never shared between processes. ``ENOSPC`` anywhere in the block is raised as :class:`DiskFullError` naming the path; the
     partial folder is then removed unless ``resume`` (the checkpoints it keeps are what a rerun resumes
     from once space is freed). On any other error it stays for inspection (e.g. the ``rejects.csv`` of a
     rejected input) and is cleared by the next run.
     """
     final = Path(final)
     partial = partial_path(final)
-    with output_lock(final):
-        try:
-            with _naming_disk_full(partial, or_the_errors_own=True):
-                if partial.exists():
-                    if resume:
-                        _remove_stale_temp_files(partial)
-                    else:
-                        shutil.rmtree(partial)
-                partial.mkdir(parents=True, exist_ok=True)
-                yield partial
-                if final.exists():  # an earlier incomplete output (no metadata): replace it whole
-                    shutil.rmtree(final)
-                os.replace(partial, final)
-        except DiskFullError:
-            if not resume:
-                shutil.rmtree(partial, ignore_errors=True)
-            raise
+    try:
+        with _naming_disk_full(partial, or_the_errors_own=True):
+            if partial.exists():
+                if resume:
+                    _remove_stale_temp_files(partial)
+                else:
+                    shutil.rmtree(partial)
+            partial.mkdir(parents=True, exist_ok=True)
+            yield partial
+            if final.exists():  # an earlier incomplete output (no metadata): replace it whole
+                shutil.rmtree(final)
+            os.replace(partial, final)
+    except DiskFullError:
+        if not resume:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
 
 
 def write_json(path: Path, payload: Any) -> None:
