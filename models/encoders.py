@@ -67,6 +67,14 @@ def resize_batch(images: torch.Tensor, size: int) -> torch.Tensor:
     return resized.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
 
 
+def normalised_pixels(images: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """uint8 ``[B, H, W, 3]`` or float ``[B, 3, H, W]`` in [0, 1] -> float ``[B, 3, H, W]`` normalised with the
+    trunk's ``mean`` / ``std`` (``[1, 3, 1, 1]``), as its weights expect."""
+    if images.dtype == torch.uint8:
+        images = images.permute(0, 3, 1, 2).float().div_(255.0)
+    return (images - mean) / std
+
+
 class ImageEncoder(nn.Module):
     """Image trunk -> global average pool -> linear -> L2 norm.
 
@@ -103,10 +111,7 @@ class ImageEncoder(nn.Module):
         self.project = xavier_linear(self.feature_dim, embed_dim)
 
     def normalise_pixels(self, images: Tensor) -> Tensor:
-        """uint8 ``[B, H, W, 3]`` or float ``[B, 3, H, W]`` in [0, 1] -> float normalised as the weights expect."""
-        if images.dtype == torch.uint8:
-            images = images.permute(0, 3, 1, 2).float().div_(255.0)
-        return (images - self.mean) / self.std
+        return normalised_pixels(images, self.mean, self.std)
 
     def feature_map(self, images: Tensor) -> Tensor:
         """``[B, C, h, w]`` map before pooling (7x7 at 224 px), for local-feature models such as PVSE."""

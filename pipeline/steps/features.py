@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from models.backbones import build_trunk
-from models.encoders import resize_batch
+from models.encoders import normalised_pixels, resize_batch
 
 
 @torch.no_grad()
@@ -36,8 +36,8 @@ def trunk_features(
     for start in range(0, len(images), batch_size):
         rows = np.arange(start, min(start + batch_size, len(images)))
         batch = resize_batch(torch.from_numpy(np.ascontiguousarray(images[rows])), image_size)
-        pixels = batch.to(device).permute(0, 3, 1, 2).float().div_(255.0)
-        feature_map = trunk(((pixels - mean) / std).contiguous(memory_format=torch.channels_last))
+        pixels = normalised_pixels(batch.to(device), mean, std)
+        feature_map = trunk(pixels.contiguous(memory_format=torch.channels_last))
         chunk = feature_map.half() if spatial else feature_map.mean(dim=(2, 3))
         chunks.append(chunk.cpu().numpy())
     return np.concatenate(chunks), trunk.pretrained_loaded
