@@ -353,8 +353,21 @@ class Trainer:
         result.best_epoch = state["best_epoch"]
         result.best_val_loss = state["best_val_loss"]
         result.resumed_from_epoch = state["epoch"]
-        self._check_best(state["best_epoch"], result)
+        # a kill between writing model_best.pt and checkpoint_last.pt leaves the best of the very next epoch:
+        # the resumed run redoes that epoch exactly and writes the same file again, so it is kept as it is
+        redone_next = name == LAST_CHECKPOINT and self._best_epoch_on_disk() == state["epoch"] + 1
+        if not redone_next:
+            self._check_best(state["best_epoch"], result)
         return state["epoch"]
+
+    def _best_epoch_on_disk(self) -> int | None:
+        """The epoch ``model_best.pt`` holds; -1 without one, None when it cannot be read."""
+        try:
+            return torch.load(self.work_dir / BEST_CHECKPOINT, map_location="cpu", weights_only=True)["epoch"]
+        except FileNotFoundError:
+            return -1
+        except Exception:  # noqa: BLE001 - unreadable: certainly not a usable best
+            return None
 
     def _check_best(self, best_epoch: int, result: TrainResult) -> None:
         """Keep ``model_best.pt`` only if it holds the resumed run's ``best_epoch``.
@@ -366,12 +379,7 @@ class Trainer:
         ones, so the run still ends with the same best as an uninterrupted one.
         """
         path = self.work_dir / BEST_CHECKPOINT
-        try:
-            held = torch.load(path, map_location="cpu", weights_only=True)["epoch"]
-        except FileNotFoundError:
-            held = -1
-        except Exception:  # unreadable: certainly not the resumed best
-            held = None
+        held = self._best_epoch_on_disk()
         if held == best_epoch:
             return
         if held != -1:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import models.files
+from models.losses import build_loss
 from models.training import (
     BEST_CHECKPOINT,
     LAST_CHECKPOINT,
@@ -224,3 +225,46 @@ def test_prev_checkpoint_is_copied_where_hard_links_fail(tmp_path, monkeypatch):
     prev = torch.load(tmp_path / PREV_CHECKPOINT, weights_only=False)
     assert prev["epoch"] == 1 and len(prev["history"]) == 1
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_kill_between_the_best_and_the_last_checkpoint_resumes_cleanly(tmp_path):
+    """The epoch whose model_best.pt was written but whose checkpoint_last.pt was not is redone exactly:
+    the file it rewrites is kept (nothing set aside) and the run ends as an uninterrupted one."""
+
+    def trainer(work_dir: Path) -> Trainer:
+        settings = replace(SETTINGS, epochs=4, learning_rate=3e-3)  # improves at epoch 4 (measured)
+        return Trainer(
+            tiny_model(0),
+            [build_loss("angular")],
+            tiny_data(),
+            np.arange(32),
+            np.arange(32, 40),
+            settings,
+            0,
+            work_dir,
+            progress=False,
+        )
+
+    reference = trainer(tmp_path / "straight")
+    straight = reference.fit()
+    killed = straight.best_epoch  # a new best was written at that epoch
+    assert killed >= 2, "the uninterrupted run must improve after epoch 1 for this case to exist"
+    interrupted = trainer(tmp_path / "killed")
+    checkpoint = interrupted._checkpoint
+
+    def killed_after_the_best(epoch, result):
+        if epoch == killed:
+            raise KeyboardInterrupt("killed after model_best.pt, before checkpoint_last.pt")
+        checkpoint(epoch, result)
+
+    interrupted._checkpoint = killed_after_the_best
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit()
+    work = tmp_path / "killed"
+    assert torch.load(work / LAST_CHECKPOINT, weights_only=False)["epoch"] == killed - 1
+    assert torch.load(work / BEST_CHECKPOINT, weights_only=False)["epoch"] == killed
+    resumed = trainer(work)
+    assert resumed.fit().best_epoch == killed
+    assert sorted(p.name for p in work.iterdir() if ".stale" in p.name or ".corrupt" in p.name) == []
+    _assert_same_weights(resumed.model.state_dict(), reference.model.state_dict())
+    _assert_same_weights(_weights(work / BEST_CHECKPOINT), _weights(tmp_path / "straight" / BEST_CHECKPOINT))
