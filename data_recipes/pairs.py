@@ -64,13 +64,30 @@ def read_table(path: Path) -> pd.DataFrame:
     kind = READERS.get(path.suffix.lower())
     if kind is None:
         raise ValueError(f"pairs table {path.name} must end in one of {list(READERS)}")
+    # Bytes that are not UTF-8 become lone surrogates instead of stopping the whole read: validation then
+    # rejects exactly those rows as ``invalid_utf8`` and keeps the others.
     if kind == "csv":
-        return pd.read_csv(path, dtype=str, keep_default_na=False)
+        return pd.read_csv(path, dtype=object, keep_default_na=False, encoding_errors="surrogateescape")
     if kind == "jsonl":
-        # object dtype keeps ids as written (an int group id with gaps would otherwise become 7.0)
-        lines = path.read_text(encoding="utf-8").splitlines()
-        return pd.DataFrame([json.loads(line) for line in lines if line.strip()], dtype=object)
+        return _read_jsonl(path)
     return pd.read_parquet(path)
+
+
+def _read_jsonl(path: Path) -> pd.DataFrame:
+    records = []
+    for number, line in enumerate(
+        path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(), start=1
+    ):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise ManifestError(
+                f"{path.name} line {number} is not JSON ({error.msg}); fix or remove it"
+            ) from None
+    # object dtype keeps ids as written (an int group id with gaps would otherwise become 7.0)
+    return pd.DataFrame(records, dtype=object)
 
 
 def normalise_split(value: object) -> str | None:
@@ -86,10 +103,60 @@ def normalise_split(value: object) -> str | None:
     return name
 
 
+def normalise_splits(values: pd.Series, table_name: str) -> list[str | None]:
+    """Every row's split; an unknown value is a schema problem, so one error names every bad value, how
+    many rows hold it and the first of them (a typo in a split would otherwise move pairs silently)."""
+    normalised: list[str | None] = []
+    bad: dict[str, list[int]] = {}
+    for row, value in enumerate(values):
+        try:
+            normalised.append(normalise_split(value))
+        except ManifestError:
+            bad.setdefault(str(value), []).append(row)
+    if bad:
+        listed = "; ".join(
+            f"{value!r} in {len(rows)} row(s), first at row index {rows[0]}"
+            for value, rows in sorted(bad.items())
+        )
+        raise ManifestError(
+            f"{table_name} split column holds unknown value(s): {listed}; allowed: {list(VALID_SPLITS)}, "
+            f"an alias {list(SPLIT_ALIASES)} or empty"
+        )
+    return normalised
+
+
+def _text_cell(value: object) -> object:
+    """The text as read; text that was not UTF-8 goes on as its bytes, which validation rejects as
+    ``invalid_utf8`` naming the byte (a string column cannot even hold the undecodable part)."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    text = str(value)
+    return text.encode("utf-8", "surrogateescape") if _has_surrogates(text) else text
+
+
+def _cell(value: object) -> str:
+    """An id or a path as text; bytes that were not UTF-8 are shown escaped (such a path names no file, so
+    the pair is rejected as ``missing_image`` with the escaped path in its detail)."""
+    text = str(value)
+    if _has_surrogates(text):
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _blank_to_none(value: object) -> object:
     if value is None or (isinstance(value, float) and pd.isna(value)) or str(value).strip() == "":
         return None
-    return str(value)
+    return _cell(value)
 
 
 @register_recipe("pairs")
@@ -118,15 +185,12 @@ def build(
     manifest = pd.DataFrame(
         {
             "pair_id": (
-                [str(v) for v in table["pair_id"]]
+                [_cell(v) for v in table["pair_id"]]
                 if "pair_id" in table.columns
                 else [f"{path.stem}-{row}" for row in range(len(table))]
             ),
-            "image_path": [str(v) for v in table[image_column]],
-            "text": [
-                "" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
-                for v in table[text_column]
-            ],
+            "image_path": [_cell(v) for v in table[image_column]],
+            "text": [_text_cell(v) for v in table[text_column]],
             "source": [_blank_to_none(v) or path.name for v in table["source"]]
             if "source" in table.columns
             else path.name,
@@ -135,6 +199,6 @@ def build(
     if "group_id" in table.columns:
         manifest["group_id"] = [_blank_to_none(v) for v in table["group_id"]]
     if "split" in table.columns:
-        manifest["split"] = [normalise_split(v) for v in table["split"]]
+        manifest["split"] = normalise_splits(table["split"], path.name)
     notes = {"skipped": {}, "table": str(path), "rows": len(table)}
     return RecipeResult(manifest=check_manifest_columns(manifest), image_root=path.parent, notes=notes)

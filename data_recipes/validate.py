@@ -35,6 +35,7 @@ REJECT_REASONS: tuple[str, ...] = (
     "whitespace_text",
     "invalid_utf8",
     "nul_bytes",
+    "oversized_text",
     # image checks (load_image_rgb / the image cache)
     "missing_image",
     "empty_file",
@@ -46,6 +47,10 @@ REJECT_REASONS: tuple[str, ...] = (
 )
 REJECT_COLUMNS: tuple[str, ...] = ("pair_id", "reason", "detail")
 DEFAULT_MAX_PIXELS = 40_000_000
+#: longer texts are rejected as ``oversized_text``: ten times a long news article (GoodNews' longest are
+#: ~60k characters) is a scraped page or a concatenation, and gensim would silently read only its first
+#: 10,000 words anyway
+DEFAULT_MAX_TEXT_CHARS = 200_000
 
 # Modes whose alpha channel is flattened onto white (how a viewer shows a transparent image on a page).
 _ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
@@ -115,7 +120,7 @@ def _is_missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
 
 
-def _check_text(value: object) -> tuple[str | None, str, str]:
+def _check_text(value: object, max_chars: int) -> tuple[str | None, str, str]:
     """Return ``(normalised_text, reason, detail)``; ``reason`` is empty when the text is usable."""
     if _is_missing(value):
         return None, "empty_text", "text is missing"
@@ -145,18 +150,25 @@ def _check_text(value: object) -> tuple[str | None, str, str]:
     normalised = " ".join(value.split())
     if normalised == "":
         return None, "whitespace_text", f"text is only whitespace ({len(value)} characters)"
+    if len(normalised) > max_chars:
+        return None, "oversized_text", f"text has {len(normalised)} characters > max_text_chars={max_chars}"
     return normalised, "", ""
 
 
-def validate_records(manifest: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def validate_records(
+    manifest: pd.DataFrame, *, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Cheap per-row checks; returns ``(kept, rejects)``.
 
     Each rejected row gets exactly one reason (the first check it fails): ``missing_pair_id``;
     ``duplicate_pair_id`` (every row after the first with that id, in input order, whatever the first
     row's fate); then the text: ``empty_text``, ``invalid_utf8`` (undecodable bytes or lone
-    surrogates), ``nul_bytes``, ``whitespace_text``. Kept text has every whitespace run (tabs,
-    newlines, ...) replaced by one space and is stripped. ``kept`` keeps the input row order.
+    surrogates), ``nul_bytes``, ``whitespace_text``, ``oversized_text`` (more than ``max_text_chars``
+    characters once whitespace is normalised). Kept text has every whitespace run (tabs, newlines, ...)
+    replaced by one space and is stripped. ``kept`` keeps the input row order.
     """
+    if max_text_chars < 1:
+        raise ValueError(f"max_text_chars must be >= 1, got {max_text_chars}")
     missing = [column for column in REQUIRED_COLUMNS if column not in manifest.columns]
     if missing:
         raise ManifestError(f"manifest lacks required column(s) {missing}; it needs {list(REQUIRED_COLUMNS)}")
@@ -175,7 +187,7 @@ def validate_records(manifest: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame
             reject_rows.append((pair_id, "duplicate_pair_id", f"row {position} repeats an earlier pair_id"))
             continue
         seen_ids.add(pair_id)
-        text, reason, detail = _check_text(raw_text)
+        text, reason, detail = _check_text(raw_text, max_text_chars)
         if reason:
             reject_rows.append((pair_id, reason, detail))
             continue

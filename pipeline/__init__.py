@@ -1,11 +1,14 @@
 """Luigi pipeline: ``luigi --module pipeline FullRun`` (see README)."""
 
+from pipeline.failures import install_one_line_input_errors
 from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, PrepareShard, Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.report import FullRun, Report
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec, TrainWordVectors, TrunkFeatures
 from pipeline.tasks.training import Train
+
+install_one_line_input_errors()
 
 __all__ = [
     "Cocos",

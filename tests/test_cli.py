@@ -67,3 +67,23 @@ def test_model_tasks_take_a_gpu_only_when_cuda_is_present(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda present=present: present)
         assert Train(profile="smoke").resources == expected
         assert Evaluate(profile="smoke").resources == expected
+
+
+def test_python_m_pipeline_is_the_luigi_command_with_the_same_early_errors(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "FullRun", "--profile", "fast", "--run-root", str(tmp_path / "runs")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "error: unknown profile 'fast'" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("code", [10, 25])
+def test_a_cooperative_exit_status_stays_when_the_run_is_not_finished(tmp_path, code):
+    """``python -m pipeline`` turns 10/25 into 0 only when the root task is complete (tests/test_luigid.py
+    covers the finished case); with nothing built the status stays, and other statuses are never touched."""
+    from pipeline.__main__ import judged_by_result
+
+    argv = ["--module", "pipeline", "FullRun", "--profile", "smoke", "--run-root", str(tmp_path / "runs")]
+    assert judged_by_result(code, argv) == code
+    assert judged_by_result(30, argv) == 30

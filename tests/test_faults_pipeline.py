@@ -263,6 +263,18 @@ def copied_run(reference: Path, tmp_path: Path) -> Path:
     return root
 
 
+def test_every_output_file_gets_the_ordinary_mode_so_other_hosts_can_read_it(reference):
+    """Atomic writes rename a temp file into place; ``tempfile.mkstemp`` would make it 0600 and hide the
+    outputs from the other users of a run root on shared storage (docs/scaling.md)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    expected = 0o666 & ~umask
+    files = [path for path in reference.rglob("*") if path.is_file()]
+    wrong = {str(p.relative_to(reference)): oct(p.stat().st_mode & 0o777) for p in files}
+    wrong = {name: mode for name, mode in wrong.items() if mode != oct(expected)}
+    assert len(files) > 50 and not wrong, wrong
+
+
 # ------------------------------------------------------------------------------------ 1. kill -9
 def has_checkpoint(partial: Path) -> bool:
     return (partial / "checkpoint_last.pt").exists()

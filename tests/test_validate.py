@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import struct
-import zlib
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -22,63 +18,15 @@ from data_recipes.validate import (
     validate_records,
 )
 from pipeline.steps.image_cache import build_image_cache, load_image_cache
-
-# ---------------------------------------------------------------- writers of good and bad files
-
-
-def _png_chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def write_png(path: Path, width: int, height: int, pixel_data: bytes) -> Path:
-    """A PNG with an RGB header of width x height and ``pixel_data`` as its only IDAT chunk."""
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    signature = b"\x89PNG\r\n\x1a\n"
-    chunks = _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", pixel_data) + _png_chunk(b"IEND", b"")
-    path.write_bytes(signature + chunks)
-    return path
-
-
-def write_png_header_only(path: Path, width: int, height: int) -> Path:
-    """A PNG whose header claims width x height but carries a few bytes of pixel data (a cheap bomb)."""
-    return write_png(path, width, height, zlib.compress(b"\x00" * 64))
-
-
-def write_empty(path: Path) -> Path:
-    path.write_bytes(b"")
-    return path
-
-
-def write_solid(path: Path, colour: tuple[int, int, int], size: tuple[int, int] = (48, 32)) -> Path:
-    Image.new("RGB", size, colour).save(path)
-    return path
-
-
-def write_noise(path: Path, seed: int, size: tuple[int, int] = (64, 64)) -> Path:
-    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(path)
-    return path
-
-
-def write_truncated(path: Path, seed: int) -> Path:
-    write_noise(path, seed)
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
-    return path
-
-
-def write_html(path: Path) -> Path:
-    path.write_text("<!DOCTYPE html><html><body>404 Not Found</body></html>")
-    return path
-
-
-def write_placeholder(path: Path) -> Path:
-    """The same 'photo unavailable' picture behind every path (identical bytes, identical pixels)."""
-    image = Image.new("RGB", (40, 30), (200, 200, 200))
-    image.paste((90, 90, 90), (10, 10, 30, 20))
-    image.save(path)
-    return path
-
+from tests.fixtures.bad_files import (
+    write_empty,
+    write_html,
+    write_placeholder,
+    write_png,
+    write_png_header_only,
+    write_solid,
+    write_truncated,
+)
 
 # ---------------------------------------------------------------- row checks
 

@@ -13,8 +13,6 @@ come from the banding datasketch's ``MinHashLSH`` would use, also done with nump
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from datasketch import MinHashLSH
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from models.files import atomic_path
 from pipeline.steps.minhash import (
     EMPTY_HASH,
     MINHASH_SCHEME,
@@ -248,20 +247,15 @@ class DedupIndex:
             "seed": self.seed,
             "scheme": MINHASH_SCHEME,
         }
-        handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-        os.close(handle)
-        try:
+        # a file handle, so numpy does not append ".npz" to the temp name
+        with atomic_path(path) as temp, open(temp, "wb") as handle:
             np.savez(
-                temp_name,
+                handle,
                 signatures=self.signatures,
                 pair_ids=np.array(self.pair_ids, dtype=np.str_),
                 edges=self.edges,
                 settings=np.array(json.dumps(settings)),
             )
-            os.replace(temp_name, path)
-        finally:
-            if os.path.exists(temp_name):
-                os.remove(temp_name)
 
     @classmethod
     def load(cls, path: str | Path) -> DedupIndex:

@@ -8,6 +8,7 @@ so does a placeholder: the same decoded pixels behind many different paths (e.g.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import time
@@ -30,6 +31,7 @@ from data_recipes.validate import (
     make_rejects,
     reject_counts,
 )
+from pipeline.io import disk_full
 
 DEFAULT_PLACEHOLDER_MIN_PATHS = 10
 # Paths decoded per thread-pool round: bounds the decoded thumbnails waiting to be written.
@@ -92,8 +94,28 @@ def _decode_all(paths: Sequence[str], image_size: int, max_pixels: int, workers:
             yield from pool.map(lambda p: _decode_one(p, image_size, max_pixels), chunk)
 
 
-def _write_npy_atomically(out_path: Path, shape: tuple[int, ...], fill: Callable[[np.ndarray], None]) -> None:
+def reserve_disk_space(path: str | Path, named: Path) -> None:
+    """Allocate every block of the file at ``path`` now. A memory map over a sparse file on a full disk is
+    killed by SIGBUS at the first page the disk cannot back (no message, no cleanup); reserving first turns
+    that into ENOSPC here, raised as :class:`pipeline.io.DiskFullError` naming ``named``. Filesystems
+    without fallocate keep the sparse file, as before."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise disk_full(named, error) from error
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write_npy_atomically(
+    out_path: Path, shape: tuple[int, ...], fill: Callable[[np.ndarray], None], *, cache_path: Path
+) -> None:
     """Create a uint8 .npy of ``shape`` in a temp file next to ``out_path``, ``fill`` it, then rename.
+    ``cache_path`` is the cache this file is a step towards (what a full-disk error names).
 
     The temp file sits in the same folder so ``os.replace`` is an atomic rename: readers see either
     no cache or a complete one, never a half-written file.
@@ -106,6 +128,7 @@ def _write_npy_atomically(out_path: Path, shape: tuple[int, ...], fill: Callable
             os.replace(temp_name + ".npy", temp_name)
         else:
             array = np.lib.format.open_memmap(temp_name, mode="w+", dtype=np.uint8, shape=shape)
+            reserve_disk_space(temp_name, cache_path)
             fill(array)
             array.flush()
             del array
@@ -178,7 +201,7 @@ def build_image_cache(
             paths_of_hash[result.content_hash].append(path)
 
     try:
-        _write_npy_atomically(per_image_path, shape, fill_per_image)
+        _write_npy_atomically(per_image_path, shape, fill_per_image, cache_path=out_path)
         placeholder_hashes = {
             h: paths for h, paths in paths_of_hash.items() if len(paths) >= placeholder_min_paths
         }
@@ -199,7 +222,9 @@ def build_image_cache(
                 for start in range(0, len(kept_rows), _COPY_ROWS):
                     array[start : start + _COPY_ROWS] = per_image[kept_rows[start : start + _COPY_ROWS]]
 
-            _write_npy_atomically(out_path, (len(kept_rows), image_size, image_size, 3), fill_final)
+            _write_npy_atomically(
+                out_path, (len(kept_rows), image_size, image_size, 3), fill_final, cache_path=out_path
+            )
             del per_image
     finally:
         if per_image_path.exists():

@@ -1,0 +1,49 @@
+"""How a task that fails on the user's input is reported: one ``ERROR:`` line naming the task and what to fix,
+instead of Luigi's 30-line traceback (kept for everything else, where it is what a developer needs).
+
+Luigi's worker logs a failed task with ``logger.exception`` on the ``luigi-interface`` logger; the filter
+below rewrites those records when the exception is one of :data:`INPUT_ERRORS`, whose messages already say
+what is wrong and how to fix it. The exit status is unchanged (``[retcode] task_failed`` in luigi.cfg).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from data_recipes.manifest import ManifestError
+from data_recipes.validate import RejectBudgetExceeded
+from pipeline.io import DiskFullError
+from pipeline.validation import RunConfigurationError
+
+#: failures caused by the input or the machine, not by a bug: a schema problem, too many rejected rows, a full
+#: disk, a bad name, a raw folder that is not there
+INPUT_ERRORS: tuple[type[BaseException], ...] = (
+    ManifestError,
+    RejectBudgetExceeded,
+    DiskFullError,
+    RunConfigurationError,
+    FileNotFoundError,
+)
+LUIGI_LOGGER = "luigi-interface"
+
+
+class OneLineInputErrors(logging.Filter):
+    """Turns the worker's ``failed <task>`` record for an input error into ``<Family> failed: <message>``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, INPUT_ERRORS) and "failed" in str(record.msg):
+            task = record.args[-1] if isinstance(record.args, tuple) and record.args else None
+            family = getattr(task, "task_family", "a task")
+            record.msg = "%s failed: %s"
+            record.args = (family, " ".join(str(error).split()))
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def install_one_line_input_errors() -> None:
+    """Add the filter to Luigi's logger once (importing ``pipeline`` does this)."""
+    logger = logging.getLogger(LUIGI_LOGGER)
+    if not any(isinstance(f, OneLineInputErrors) for f in logger.filters):
+        logger.addFilter(OneLineInputErrors())
