@@ -282,13 +282,14 @@ def has_checkpoint(partial: Path) -> bool:
 
 KILL_POINTS: dict[str, Callable[[Path], bool]] = {
     "PrepareShard": lambda partial: True,
+    "Deduplicate": lambda partial: True,
     "NeighborTables": lambda partial: True,
     # after the first epoch's checkpoint, so the kill lands in a later epoch and the rerun resumes
     "Train": has_checkpoint,
     "Evaluate": lambda partial: True,
 }
-#: tasks slow enough (0.8 s and over) that the kill must land inside them; Evaluate and NeighborTables
-#: build for ~50 ms, and a kill just after their rename is still a valid (if weaker) test of the rerun
+#: tasks slow enough (0.8 s and over) that the kill must land inside them; Evaluate, Deduplicate and
+#: NeighborTables build for ~50 ms, and a kill just after their rename is still a valid (if weaker) test of the rerun
 MUST_HIT = {"PrepareShard", "Train"}
 
 
