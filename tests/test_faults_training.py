@@ -268,3 +268,53 @@ def test_kill_between_the_best_and_the_last_checkpoint_resumes_cleanly(tmp_path)
     assert sorted(p.name for p in work.iterdir() if ".stale" in p.name or ".corrupt" in p.name) == []
     _assert_same_weights(resumed.model.state_dict(), reference.model.state_dict())
     _assert_same_weights(_weights(work / BEST_CHECKPOINT), _weights(tmp_path / "straight" / BEST_CHECKPOINT))
+
+
+KILLED_MID_WRITE = """
+import os, signal, sys
+from pathlib import Path
+from tests.test_faults_training import _trainer
+
+real_write_bytes = Path.write_bytes
+writes = []
+
+
+def dies_half_way(self, data):
+    if self.name.startswith(".checkpoint_last.pt."):
+        writes.append(self)
+        if len(writes) == 2:  # epoch 2's checkpoint: half its bytes reach the disk, then SIGKILL
+            with open(self, "wb") as handle:
+                handle.write(data[: len(data) // 2])
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real_write_bytes(self, data)
+
+
+Path.write_bytes = dies_half_way
+_trainer(Path(sys.argv[1]), 3).fit()
+"""
+
+
+def test_sigkill_half_way_through_a_checkpoint_write_then_resume_gives_the_uninterrupted_weights(
+    tmp_path, straight
+):
+    """A real ``kill -9`` with half of epoch 2's checkpoint on disk: the published checkpoint is still epoch
+    1's, whole; the resumed run redoes epoch 2 and ends with the uninterrupted run's weights."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_MID_WRITE, str(tmp_path)], cwd=root, capture_output=True, timeout=300
+    )
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    (half_written,) = tmp_path.glob(".checkpoint_last.pt.*.tmp")
+    assert 0 < half_written.stat().st_size
+    assert torch.load(tmp_path / LAST_CHECKPOINT, weights_only=False)["epoch"] == 1
+    straight_result, straight_weights, straight_best = straight
+    trainer = _trainer(tmp_path, 3)
+    result = trainer.fit()
+    assert result.resumed_from_epoch == 1
+    _assert_same_weights(trainer.model.state_dict(), straight_weights)
+    _assert_same_weights(_weights(tmp_path / BEST_CHECKPOINT), straight_best)
