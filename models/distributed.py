@@ -22,6 +22,7 @@ which leaves exactly dL/dtheta, the gradient of a single process on the concaten
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,6 +157,9 @@ def gather_rows(tensor: Tensor, sizes: list[int]) -> Tensor:
     (``sizes``, known to all): rows are padded to the largest for the collective and the padding dropped."""
     from torch.distributed.nn import all_gather  # the autograd-aware all-gather
 
+    # torch 2.9+ marks it deprecated in favour of a private API (_functional_collectives); it works and is
+    # what open_clip uses, so its warning is silenced rather than printed at every training step
+    warnings.filterwarnings("ignore", message=".*all_gather is deprecated", category=FutureWarning)
     largest = max(sizes)
     padded = tensor
     if tensor.shape[0] < largest:

@@ -1,0 +1,207 @@
+"""Data-parallel training is the single-process step on the concatenated batch, on CPU with gloo.
+
+Two real processes (``torch.multiprocessing`` spawn, a ``gloo`` group on 127.0.0.1): one DDP step's loss and
+every parameter gradient equal a single-process step on the global batch the ranks share, for the angular,
+within-modality, triplet and PVSE losses (with in-batch and extra-row neighbours, and an uneven last batch);
+and a 2-process run killed mid-epoch resumes to the weights of an uninterrupted one. Tiny models on cached
+"frozen trunk" features, so each spawn takes seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from models.distributed import Distributed, merge_shards, shard_batch
+from models.encoders import EncoderConfig
+from models.losses import build_loss
+from models.registry import build_model
+from models.settings import TrainSettings
+from models.training import LAST_CHECKPOINT, PairData, StepPlan, Trainer
+from pipeline.variants import resolve_variant
+
+pytestmark = pytest.mark.slow
+
+N_PAIRS, N_TRAIN, FEATURE_DIM, VOCAB = 52, 39, 12, 20
+SETTINGS = TrainSettings(
+    trunk="frozen",
+    horizontal_flip=False,
+    embed_dim=8,
+    gru_hidden=8,
+    max_text_tokens=6,
+    batch_size=8,  # per process: global batches of 16
+    epochs=3,
+    learning_rate=1e-3,
+    lr_patience=1,
+)
+#: (variant, neighbour mode, which batch of the first epoch is compared)
+CASES = {
+    "angular_uneven_last_batch": ("ang_np_sym", "in_batch", -1),  # 39 = 16 + 16 + 7: ranks get 4 and 3 rows
+    "ours_in_batch": ("ours", "in_batch", 0),
+    "ours_extra_rows": ("ours", "extra_rows", 0),
+    "triplet": ("trip_np_sym", "in_batch", 0),
+    "pvse_ours": ("pvse_ours", "in_batch", 0),
+}
+
+
+def tiny_data(spatial: bool) -> PairData:
+    rng = np.random.default_rng(0)
+    shape = (N_PAIRS, FEATURE_DIM, 2, 2) if spatial else (N_PAIRS, FEATURE_DIM)
+    group_ids = np.arange(N_PAIRS)
+    group_ids[1::7] = group_ids[0::7][: len(group_ids[1::7])]  # some pairs share a group (masked negatives)
+    return PairData(
+        images=np.zeros((N_PAIRS, 1, 1, 3), dtype=np.uint8),
+        image_rows=np.arange(N_PAIRS),
+        tokens=rng.integers(2, VOCAB, (N_PAIRS, 6)),
+        lengths=rng.integers(1, 7, N_PAIRS),
+        group_ids=group_ids,
+        image_features=rng.normal(size=shape).astype(np.float32),
+    )
+
+
+def make_trainer(
+    variant: str, mode: str, work_dir: Path, distributed: Distributed, epochs: int = 3
+) -> Trainer:
+    spec = resolve_variant(variant)
+    options = {"dropout": 0.0} if spec["model"] == "pvse" else {}  # dropout masks differ between layouts
+    torch.manual_seed(0)
+    settings = replace(SETTINGS, neighbor_mode=mode, epochs=epochs)
+    config = EncoderConfig.from_settings(
+        replace(settings, pretrained=False), np.zeros((VOCAB, 8), dtype=np.float32), FEATURE_DIM
+    )
+    model = build_model(spec["model"], config, None, **options)
+    losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
+    table = np.stack([(np.arange(N_TRAIN) + shift) % N_TRAIN for shift in (1, 2, 3)], axis=1)
+    return Trainer(
+        model,
+        losses,
+        tiny_data(spatial=spec["model"] == "pvse"),
+        np.arange(N_TRAIN),
+        np.arange(N_TRAIN, N_PAIRS),
+        settings,
+        0,
+        work_dir,
+        neighbors=table if spec["neighbor_source"] else None,
+        device=torch.device("cpu"),
+        progress=False,
+        distributed=distributed,
+    )
+
+
+def step_and_gradients(trainer: Trainer, plan: StepPlan) -> tuple[float, dict[str, torch.Tensor]]:
+    """One real training step on ``plan``; its loss and the gradient of every parameter."""
+    loaded = trainer.loader.to_device(trainer._plan_batch(plan))
+    loss = trainer.train_step(plan, loaded)["loss"]
+    return loss, {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def join_group(rank: int, world_size: int, port: int) -> Distributed:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    return Distributed(rank, world_size, rank)
+
+
+def ddp_steps(rank: int, world_size: int, port: int, out: str) -> None:
+    """Each case: this rank's step on its share of the compared global batch, with the global batch."""
+    distributed = join_group(rank, world_size, port)
+    results = {}
+    for case, (variant, mode, which) in CASES.items():
+        trainer = make_trainer(variant, mode, Path(out) / case, distributed)
+        plan = list(trainer._epoch_plans())[which]
+        loss, gradients = step_and_gradients(trainer, plan)
+        results[case] = {"loss": loss, "gradients": gradients, "merged": plan.merged, "local": plan.local}
+    torch.save(results, Path(out) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def spawn(function, *args) -> None:
+    mp.spawn(function, args=(2, free_port(), *args), nprocs=2, join=True)
+
+
+@pytest.fixture(scope="module")
+def ddp_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    spawn(ddp_steps, str(out))
+    return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_ddp_step_equals_one_process_on_the_concatenated_batch(case, ddp_results, tmp_path):
+    variant, mode, _ = CASES[case]
+    rank0, rank1 = ddp_results[0][case], ddp_results[1][case]
+    merged = rank0["merged"]
+    # the ranks trained disjoint shares that together are the global batch
+    assert len(rank0["local"].rows) + len(rank1["local"].rows) == len(merged.rows)
+    assert sorted(np.concatenate([rank0["local"].rows, rank1["local"].rows])) == sorted(merged.rows)
+    single = make_trainer(variant, mode, tmp_path, Distributed())
+    width = int(single.data.lengths[merged.rows].max())
+    loss, gradients = step_and_gradients(single, StepPlan(merged, [merged], merged, None, 0, width))
+    assert gradients.keys() == rank0["gradients"].keys() and len(gradients) > 3
+    for rank in (rank0, rank1):
+        assert rank["loss"] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+        for name, expected in gradients.items():
+            torch.testing.assert_close(rank["gradients"][name], expected, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_merged_shards_keep_each_anchor_with_its_neighbour():
+    trainer = make_trainer("ours", "extra_rows", Path("unused"), Distributed())
+    batch = next(iter(trainer.sampler.epoch()))
+    shards = [shard_batch(batch, rank, 3) for rank in range(3)]
+    merged, order = merge_shards(shards)
+    gathered = np.concatenate([shard.rows for shard in shards])
+    assert np.array_equal(merged.rows, gathered[order]) and merged.n_main == batch.n_main
+    pairs = set(zip(batch.rows[batch.neighbor_of], batch.rows[batch.neighbor_rows], strict=True))
+    assert set(zip(merged.rows[merged.neighbor_of], merged.rows[merged.neighbor_rows], strict=True)) == pairs
+    assert all(row < merged.n_main for row in merged.neighbor_of)
+
+
+def ddp_fit(rank: int, world_size: int, port: int, work_dir: str, kill_at_step: int | None) -> None:
+    """A 2-process run of Ours; with ``kill_at_step`` rank 0 SIGKILLs itself before that step."""
+    distributed = join_group(rank, world_size, port)
+    trainer = make_trainer("ours", "in_batch", Path(work_dir), distributed)
+    if kill_at_step is not None and rank == 0:
+        step, steps = trainer.train_step, [0]
+
+        def killed_at(plan, loaded):
+            steps[0] += 1
+            if steps[0] == kill_at_step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return step(plan, loaded)
+
+        trainer.train_step = killed_at
+    trainer.fit()
+    if rank == 0:
+        torch.save(trainer.model.state_dict(), Path(work_dir) / "final.pt")
+    dist.destroy_process_group()
+
+
+def test_a_killed_two_process_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
+    spawn(ddp_fit, str(tmp_path / "straight"), None)
+    per_epoch = -(-N_TRAIN // (2 * SETTINGS.batch_size))  # global batches of 2 x 8 pairs
+    with pytest.raises(mp.ProcessExitedException, match="SIGKILL"):
+        spawn(ddp_fit, str(tmp_path / "resumed"), per_epoch + 2)  # killed in epoch 2
+    killed = torch.load(tmp_path / "resumed" / LAST_CHECKPOINT, weights_only=False)
+    assert killed["epoch"] == 1 and not (tmp_path / "resumed" / "final.pt").exists()
+    spawn(ddp_fit, str(tmp_path / "resumed"), None)
+    straight = torch.load(tmp_path / "straight" / "final.pt")
+    resumed = torch.load(tmp_path / "resumed" / "final.pt")
+    assert straight.keys() == resumed.keys()
+    unequal = [name for name in straight if not torch.equal(straight[name], resumed[name])]
+    assert not unequal, f"resumed weights differ from the uninterrupted run: {unequal}"
+    history = (tmp_path / "resumed" / "history.csv").read_text().splitlines()
+    assert len(history) == 1 + SETTINGS.epochs
