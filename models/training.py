@@ -319,12 +319,14 @@ class Trainer:
 
     @torch.no_grad()
     def validation_loss(self) -> float:
-        """Mean neighbour-free loss over validation batches; ranks take every world_size-th batch and sum."""
+        """Mean neighbour-free loss over validation batches of the global batch size (a loss over in-batch
+        negatives depends on it); ranks take every world_size-th batch and the sums are added up."""
         self.model.eval()
         positions = self.val_positions
+        batch_size = self.settings.batch_size * self.distributed.world_size
         batches = []
-        for start in range(0, len(positions), self.settings.batch_size):
-            rows = positions[start : start + self.settings.batch_size]
+        for start in range(0, len(positions), batch_size):
+            rows = positions[start : start + batch_size]
             if len(rows) < 2 or not bool((self.group_ids[rows] != self.group_ids[rows[0]]).any()):
                 continue  # no in-batch negative
             batches.append(rows)

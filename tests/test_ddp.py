@@ -205,3 +205,31 @@ def test_a_killed_two_process_run_resumes_to_the_weights_of_an_uninterrupted_one
     assert not unequal, f"resumed weights differ from the uninterrupted run: {unequal}"
     history = (tmp_path / "resumed" / "history.csv").read_text().splitlines()
     assert len(history) == 1 + SETTINGS.epochs
+
+
+def test_train_with_two_processes_launches_torchrun_and_matches_one_process_on_the_same_global_batches(
+    tmp_path,
+):
+    """The pipeline's own path: Train starts torchrun (2 gloo processes, 8 pairs each) and its output equals
+    a single-process Train with batches of 16, which samples the very same global batches."""
+    from pipeline import Train
+    from tests.luigi_runs import build
+
+    common = {"profile": "smoke", "run_root": str(tmp_path), "variant": "ours"}
+    two = Train(**common, variant_overrides={"train": {"batch_size": 8, "nproc_per_node": 2}})
+    one = Train(**common)  # the smoke profile's batch of 16
+    result, _ = build([two, one])
+    assert result.status.name == "SUCCESS", result.summary_text
+    assert two.signature() != one.signature()
+    assert two.meta()["summary"]["processes"] == 2 and one.meta()["summary"]["processes"] == 1
+    two_history, one_history = two.load("history"), one.load("history")
+    assert len(two_history) == len(one_history) == 2
+    for column in ("val_loss", "train_loss"):  # the csv reads back as text
+        np.testing.assert_allclose(
+            two_history[column].astype(float), one_history[column].astype(float), rtol=1e-4
+        )
+    two_weights = torch.load(two.output_path("checkpoint"), weights_only=False)["model"]
+    one_weights = torch.load(one.output_path("checkpoint"), weights_only=False)["model"]
+    for name, value in one_weights.items():
+        torch.testing.assert_close(two_weights[name], value, rtol=1e-3, atol=1e-4, msg=name)
+    assert not any(path.name.startswith("ddp_") for path in two.output_dir().iterdir())
