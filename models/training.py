@@ -213,8 +213,10 @@ class Trainer:
         self.train_model = self.model
         if distributed.active:
             on_cuda = self.device.type == "cuda"
+            # static graph: every step uses the same parameters, and some never (the trunk's ImageNet head
+            # stays in the model untrained): DDP learns that once instead of searching the graph every step
             self.train_model = nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if on_cuda else None
+                self.model, device_ids=[self.device.index] if on_cuda else None, static_graph=True
             )
         self.loader = BatchLoader(
             self.device,

@@ -125,8 +125,35 @@ def ddp_steps(rank: int, world_size: int, port: int, out: str) -> None:
         plan = list(trainer._epoch_plans())[which]
         loss, gradients = step_and_gradients(trainer, plan)
         results[case] = {"loss": loss, "gradients": gradients, "merged": plan.merged, "local": plan.local}
+    results["finetuned_trunk"] = finetuned_step(Path(out), distributed)
     torch.save(results, Path(out) / f"rank{rank}.pt")
     dist.destroy_process_group()
+
+
+def finetuned_step(work_dir: Path, distributed: Distributed) -> dict[str, torch.Tensor]:
+    """A step of a fine-tuned ResNet-18 with flips: per-rank BatchNorm statistics make it differ from one
+    process, but it must run (the trunk's ImageNet head gets no gradient) and leave the ranks in step."""
+    from tests.test_training import SETTINGS as PIXEL_SETTINGS
+    from tests.test_training import ours_losses, tiny_data, tiny_model
+
+    table = np.stack([(np.arange(32) + s) % 32 for s in (1, 2, 3)], axis=1)
+    trainer = Trainer(
+        tiny_model(0),
+        ours_losses(),
+        tiny_data(),
+        np.arange(32),
+        np.arange(32, 40),
+        replace(PIXEL_SETTINGS, batch_size=4),
+        0,
+        work_dir / "finetuned",
+        neighbors=table,
+        device=torch.device("cpu"),
+        progress=False,
+        distributed=distributed,
+    )
+    first, second = list(trainer._epoch_plans())[:2]
+    step_and_gradients(trainer, first)
+    return step_and_gradients(trainer, second)[1]  # DDP would fail here on a parameter without gradient
 
 
 def spawn(function, *args) -> None:
@@ -156,6 +183,15 @@ def test_a_ddp_step_equals_one_process_on_the_concatenated_batch(case, ddp_resul
         assert rank["loss"] == pytest.approx(loss, rel=1e-5, abs=1e-6)
         for name, expected in gradients.items():
             torch.testing.assert_close(rank["gradients"][name], expected, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_ddp_step_of_a_fine_tuned_trunk_runs_and_keeps_the_ranks_in_step(ddp_results):
+    rank0, rank1 = ddp_results[0]["finetuned_trunk"], ddp_results[1]["finetuned_trunk"]
+    assert any(name.startswith("image_encoder.trunk.net.layer1") for name in rank0)
+    assert not any(name.startswith("image_encoder.trunk.net.fc") for name in rank0), "the head never trains"
+    assert rank0.keys() == rank1.keys()
+    for name, gradient in rank0.items():
+        assert torch.equal(gradient, rank1[name]), name
 
 
 def test_merged_shards_keep_each_anchor_with_its_neighbour():
