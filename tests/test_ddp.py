@@ -127,6 +127,8 @@ def ddp_steps(rank: int, world_size: int, port: int, out: str) -> None:
         results[case] = {"loss": loss, "gradients": gradients, "merged": plan.merged, "local": plan.local}
     results["finetuned_trunk"] = finetuned_step(Path(out), distributed)
     torch.save(results, Path(out) / f"rank{rank}.pt")
+    # the uninterrupted run the kill-and-resume test compares with (one spawn fewer)
+    fit(distributed, Path(out) / "straight", kill_at_step=None)
     dist.destroy_process_group()
 
 
@@ -162,15 +164,16 @@ def spawn(function, *args) -> None:
 
 @pytest.fixture(scope="module")
 def ddp_results(tmp_path_factory):
+    """Every rank's results of :func:`ddp_steps`, and the folder holding its uninterrupted run."""
     out = tmp_path_factory.mktemp("ddp")
     spawn(ddp_steps, str(out))
-    return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
+    return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(2)], out
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_a_ddp_step_equals_one_process_on_the_concatenated_batch(case, ddp_results, tmp_path):
     variant, mode, _ = CASES[case]
-    rank0, rank1 = ddp_results[0][case], ddp_results[1][case]
+    rank0, rank1 = ddp_results[0][0][case], ddp_results[0][1][case]
     merged = rank0["merged"]
     # the ranks trained disjoint shares that together are the global batch
     assert len(rank0["local"].rows) + len(rank1["local"].rows) == len(merged.rows)
@@ -186,7 +189,7 @@ def test_a_ddp_step_equals_one_process_on_the_concatenated_batch(case, ddp_resul
 
 
 def test_a_ddp_step_of_a_fine_tuned_trunk_runs_and_keeps_the_ranks_in_step(ddp_results):
-    rank0, rank1 = ddp_results[0]["finetuned_trunk"], ddp_results[1]["finetuned_trunk"]
+    rank0, rank1 = (ranks["finetuned_trunk"] for ranks in ddp_results[0])
     assert any(name.startswith("image_encoder.trunk.net.layer1") for name in rank0)
     assert not any(name.startswith("image_encoder.trunk.net.fc") for name in rank0), "the head never trains"
     assert rank0.keys() == rank1.keys()
@@ -206,11 +209,10 @@ def test_merged_shards_keep_each_anchor_with_its_neighbour():
     assert all(row < merged.n_main for row in merged.neighbor_of)
 
 
-def ddp_fit(rank: int, world_size: int, port: int, work_dir: str, kill_at_step: int | None) -> None:
+def fit(distributed: Distributed, work_dir: Path, kill_at_step: int | None) -> None:
     """A 2-process run of Ours; with ``kill_at_step`` rank 0 SIGKILLs itself before that step."""
-    distributed = join_group(rank, world_size, port)
-    trainer = make_trainer("ours", "in_batch", Path(work_dir), distributed)
-    if kill_at_step is not None and rank == 0:
+    trainer = make_trainer("ours", "in_batch", work_dir, distributed)
+    if kill_at_step is not None and distributed.rank == 0:
         step, steps = trainer.train_step, [0]
 
         def killed_at(plan, loaded):
@@ -221,20 +223,24 @@ def ddp_fit(rank: int, world_size: int, port: int, work_dir: str, kill_at_step: 
 
         trainer.train_step = killed_at
     trainer.fit()
-    if rank == 0:
-        torch.save(trainer.model.state_dict(), Path(work_dir) / "final.pt")
+    if distributed.rank == 0:
+        torch.save(trainer.model.state_dict(), work_dir / "final.pt")
+
+
+def ddp_fit(rank: int, world_size: int, port: int, work_dir: str, kill_at_step: int | None) -> None:
+    fit(join_group(rank, world_size, port), Path(work_dir), kill_at_step)
     dist.destroy_process_group()
 
 
-def test_a_killed_two_process_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
-    spawn(ddp_fit, str(tmp_path / "straight"), None)
+def test_a_killed_two_process_run_resumes_to_the_weights_of_an_uninterrupted_one(ddp_results, tmp_path):
+    _, out = ddp_results
     per_epoch = -(-N_TRAIN // (2 * SETTINGS.batch_size))  # global batches of 2 x 8 pairs
     with pytest.raises(mp.ProcessExitedException, match="SIGKILL"):
         spawn(ddp_fit, str(tmp_path / "resumed"), per_epoch + 2)  # killed in epoch 2
     killed = torch.load(tmp_path / "resumed" / LAST_CHECKPOINT, weights_only=False)
     assert killed["epoch"] == 1 and not (tmp_path / "resumed" / "final.pt").exists()
     spawn(ddp_fit, str(tmp_path / "resumed"), None)
-    straight = torch.load(tmp_path / "straight" / "final.pt")
+    straight = torch.load(out / "straight" / "final.pt")
     resumed = torch.load(tmp_path / "resumed" / "final.pt")
     assert straight.keys() == resumed.keys()
     unequal = [name for name in straight if not torch.equal(straight[name], resumed[name])]
