@@ -26,6 +26,7 @@ from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.data import PrepareDataset, Split, integer_group_ids
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
+from pipeline.torchrun_launch import run_with_torchrun
 from pipeline.variants import resolve_variant
 
 
@@ -168,8 +169,6 @@ class Train(VariantParams, DatasetParams, HashedTask):
         (``pipeline.train_ddp``), rank 0 of which writes the files and the summary returned here."""
         t = self.train_settings()
         if t.world_size > 1 and not launched_by_torchrun():
-            from pipeline.train_ddp import run_with_torchrun  # the launcher imports this module
-
             return run_with_torchrun(self, work_dir, t)
         return self.train_in(work_dir, init_from_environment())
 
