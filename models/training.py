@@ -205,6 +205,8 @@ class Trainer:
             )
         self.distributed = distributed
         self.device = device or pick_device()
+        if distributed.active and self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", distributed.local_rank)  # one GPU per process
         self.model = prepare_for_device(model, self.device, settings.channels_last, settings.cudnn_benchmark)
         self.amp_dtype = amp_dtype(settings.amp, self.device)
         self.scaler = gradient_scaler(self.amp_dtype)

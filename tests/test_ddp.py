@@ -275,3 +275,26 @@ def test_train_with_two_processes_launches_torchrun_and_matches_one_process_on_t
     for name, value in one_weights.items():
         torch.testing.assert_close(two_weights[name], value, rtol=1e-3, atol=1e-4, msg=name)
     assert not any(path.name.startswith("ddp_") for path in two.output_dir().iterdir())
+
+
+def test_torchrun_command_single_node_standalone_and_multi_node_rendezvous(tmp_path):
+    from pipeline import Train
+    from pipeline.torchrun_launch import ENTRY_POINT, torchrun_command
+
+    def command(**train) -> list[str]:
+        task = Train(profile="smoke", run_root=str(tmp_path), variant_overrides={"train": train})
+        return torchrun_command(task, tmp_path / "work", task.train_settings())
+
+    single = command(nproc_per_node=4)
+    assert single[single.index("--nproc-per-node") + 1] == "4" and "--standalone" in single
+    assert single[single.index("-m", 3) + 1] == ENTRY_POINT
+    multi = command(nproc_per_node=8, nnodes=2, rdzv_endpoint="node0:29400")
+    assert "--standalone" not in multi
+    for flag, value in (("--nnodes", "2"), ("--rdzv-backend", "c10d"), ("--rdzv-endpoint", "node0:29400")):
+        assert multi[multi.index(flag) + 1] == value
+    with pytest.raises(ValueError, match="rdzv_endpoint"):
+        command(nproc_per_node=8, nnodes=2)
+    # the endpoint is where to meet, not what is trained: it does not change the Train's output
+    a = Train(profile="smoke", variant_overrides={"train": {"nnodes": 2, "rdzv_endpoint": "a:1"}})
+    b = Train(profile="smoke", variant_overrides={"train": {"nnodes": 2, "rdzv_endpoint": "b:2"}})
+    assert a.signature() == b.signature()

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from models.acceleration import amp_dtype, gradient_scaler
 from models.loader import LoaderSettings, prefetched
 from models.settings import OPERATIONAL_FIELDS, TrainSettings, significant_settings
 from tests.test_training import SETTINGS, _fit
@@ -70,3 +71,11 @@ def test_speed_settings_stay_out_of_the_hash_and_precision_stays_in():
     with pytest.raises(ValueError, match="amp"):
         TrainSettings(amp="fp8")
     assert TrainSettings(nproc_per_node=4, nnodes=2).world_size == 8
+
+
+def test_mixed_precision_only_on_cuda_bf16_unless_told_otherwise():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert all(amp_dtype(mode, cpu) is None for mode in ("auto", "bf16", "fp16", "off"))
+    assert amp_dtype("off", cuda) is None
+    assert amp_dtype("bf16", cuda) == torch.bfloat16 and amp_dtype("fp16", cuda) == torch.float16
+    assert gradient_scaler(None) is None and gradient_scaler(torch.bfloat16) is None
