@@ -84,6 +84,8 @@ def run_with_torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings)
             settings.nnodes - 1,
             shlex.join(command),
         )
+    else:
+        logger.info("Train %s runs: %s", task.task_id, shlex.join(command))
     summary_path = Path(work_dir) / SUMMARY_FILE
     summary_path.unlink(missing_ok=True)
     completed = subprocess.run(command, preexec_fn=_die_with_parent, check=False)
