@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+AMP_MODES = ("auto", "off", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -33,4 +36,50 @@ class TrainSettings:
     trunk: str = "finetune"
     #: stop when the validation loss has not improved for this many epochs (None: run every epoch)
     early_stopping_patience: int | None = None
-    num_workers: int = 0
+    #: mixed precision on CUDA: "auto" is bf16 where the GPU supports it, else fp16 with a GradScaler; "off"
+    #: trains in fp32. Never used on CPU (runs there stay exactly fp32), but part of the output hash: it
+    #: changes the numbers a GPU run produces
+    amp: str = "auto"
+    #: processes (one per GPU) per node and nodes of a torchrun / DistributedDataParallel run; ``batch_size``
+    #: is per process, so the loss sees ``batch_size * nproc_per_node * nnodes`` pairs (and their neighbours)
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    # ---- speed only: these change how fast, never what is computed, so they are left out of the output
+    # hash (OPERATIONAL_FIELDS); each has a default that is safe on CPU and on CUDA ----
+    #: background threads preparing batches (slice the uint8 cache, resize, pin); None: 4 on CUDA, 0 on CPU
+    #: (0 prepares each batch in the training thread, as the loop always did)
+    num_workers: int | None = None
+    #: batches prepared ahead of the one training (with workers)
+    prefetch_batches: int = 4
+    #: page-locked host batches, so the copy to the GPU overlaps compute (CUDA only)
+    pin_memory: bool = True
+    #: NHWC memory layout for the image trunk (CUDA only: the layout tensor cores are fastest in)
+    channels_last: bool = True
+    #: let cuDNN time its convolution algorithms for the (fixed) input shape (CUDA only)
+    cudnn_benchmark: bool = True
+    #: torchrun's rendezvous for nnodes > 1 ("host:port" of the first node; c10d backend)
+    rdzv_endpoint: str = ""
+
+    def __post_init__(self) -> None:
+        if self.amp not in AMP_MODES:
+            raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
+        if self.nproc_per_node < 1 or self.nnodes < 1:
+            raise ValueError(
+                f"nproc_per_node and nnodes must be >= 1, got {self.nproc_per_node}, {self.nnodes}"
+            )
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+
+#: settings that change speed, not results: kept out of Train's output hash, so changing one reuses a run
+OPERATIONAL_FIELDS = frozenset(
+    {"num_workers", "prefetch_batches", "pin_memory", "channels_last", "cudnn_benchmark", "rdzv_endpoint"}
+)
+
+
+def significant_settings(settings: TrainSettings) -> dict[str, Any]:
+    """The settings a trained model depends on (what Train hashes): all but :data:`OPERATIONAL_FIELDS`."""
+    values = asdict(settings)
+    return {f.name: values[f.name] for f in fields(settings) if f.name not in OPERATIONAL_FIELDS}

@@ -21,9 +21,21 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from models.acceleration import amp_dtype, autocast, gradient_scaler, prepare_for_device
 from models.batching import Batch, BatchSampler
+from models.distributed import (
+    SINGLE_PROCESS,
+    Distributed,
+    all_reduce_sum,
+    broadcast_from_main,
+    can_shard,
+    gather_outputs,
+    merge_shards,
+    shard_batch,
+)
 from models.encoders import resize_batch
 from models.files import atomic_path
+from models.loader import BatchLoader, DeviceBatch, HostBatch, LoaderSettings
 from models.losses import Loss
 from models.settings import TrainSettings
 
@@ -58,10 +70,16 @@ class PairData:
             return torch.from_numpy(np.asarray(self.image_features[rows], dtype=np.float32))
         return resize_batch(torch.from_numpy(np.ascontiguousarray(self.images[rows])), size)
 
-    def text_batch(self, positions: np.ndarray) -> tuple[Tensor, Tensor]:
+    def text_batch(self, positions: np.ndarray, width: int | None = None) -> tuple[Tensor, Tensor]:
+        """Tokens padded to ``width`` (default: the longest of ``positions``; a data-parallel rank pads to the
+        global batch's longest, so every rank's outputs have one shape to gather), and the lengths."""
         lengths = self.lengths[positions]
-        width = int(lengths.max())
+        width = int(lengths.max()) if width is None else width
         return torch.from_numpy(self.tokens[positions, :width]), torch.from_numpy(lengths)
+
+    def host_batch(self, positions: np.ndarray, size: int, width: int | None = None) -> HostBatch:
+        """Images (pixels or cached features), tokens and lengths of ``positions``, on the host."""
+        return HostBatch(self.image_batch(positions, size), *self.text_batch(positions, width))
 
 
 @dataclass
@@ -76,6 +94,20 @@ class TrainResult:
 
 def pick_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@dataclass
+class StepPlan:
+    """One global batch from the sampler as this process trains it: its own share (``local``, all of it in
+    a single process), the batch the loss sees (``merged``: every rank's share; ``order`` maps the gathered
+    rows to it) and where this rank's rows start among the gathered ones."""
+
+    local: Batch
+    shards: list[Batch]
+    merged: Batch
+    order: np.ndarray | None
+    offset: int
+    text_width: int
 
 
 def loss_inputs(outputs: dict[str, Tensor], batch: Batch, group_ids: Tensor) -> dict[str, Tensor]:
@@ -146,6 +178,7 @@ class Trainer:
         neighbors: np.ndarray | None = None,
         device: torch.device | None = None,
         progress: bool | None = None,
+        distributed: Distributed = SINGLE_PROCESS,
     ) -> None:
         needs_neighbors = [loss.name for loss in losses if loss.needs_neighbors]
         needs_groups = [loss.name for loss in losses if "group_mates" in loss.needs]
@@ -170,8 +203,29 @@ class Trainer:
                 "horizontal_flip needs pixels, but a frozen trunk trains on cached features: set "
                 "horizontal_flip=False (VSE++ and PVSE do not flip precomputed features either)"
             )
+        self.distributed = distributed
         self.device = device or pick_device()
-        self.model = model.to(self.device)
+        if distributed.active and self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", distributed.local_rank)  # one GPU per process
+        self.model = prepare_for_device(model, self.device, settings.channels_last, settings.cudnn_benchmark)
+        self.amp_dtype = amp_dtype(settings.amp, self.device)
+        self.scaler = gradient_scaler(self.amp_dtype)
+        #: what the training forward pass runs: the model itself, or its DistributedDataParallel wrapper,
+        #: whose backward averages the gradients over ranks (checkpoints always hold the bare model's weights)
+        self.train_model = self.model
+        if distributed.active:
+            on_cuda = self.device.type == "cuda"
+            # static graph: every step uses the same parameters, and some never (the trunk's ImageNet head
+            # stays in the model untrained): DDP learns that once instead of searching the graph every step
+            self.train_model = nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if on_cuda else None, static_graph=True
+            )
+        self.loader = BatchLoader(
+            self.device,
+            LoaderSettings.for_device(
+                self.device, settings.num_workers, settings.prefetch_batches, settings.pin_memory
+            ),
+        )
         self.losses = [loss.to(self.device) for loss in losses]
         # validation loss: the neighbour-free parts, which every variant shares, so variants are comparable
         self.val_losses = [loss for loss in self.losses if not loss.needs_neighbors]
@@ -189,9 +243,10 @@ class Trainer:
         self.progress = progress
         self.group_ids = torch.from_numpy(group_ids)
         self.mask_neighbor_pairs = settings.mask_neighbor_pairs
+        # every rank samples the same global batches (same seed) and trains its share of each
         self.sampler = BatchSampler(
             np.asarray(train_positions),
-            settings.batch_size,
+            settings.batch_size * distributed.world_size,
             np.random.default_rng(seed),
             neighbors if needs_neighbors else None,
             settings.neighbor_mode,
@@ -206,18 +261,50 @@ class Trainer:
         self.flip_generator = torch.Generator().manual_seed(seed)
 
     # ----------------------------------------------------------------- steps
-    def _encode(self, rows: np.ndarray, train: bool) -> dict[str, Tensor]:
-        images = self.data.image_batch(rows, self.settings.image_size)
-        if train and self.settings.horizontal_flip and self.data.image_features is None:
-            flip = torch.rand(len(rows), generator=self.flip_generator) < 0.5
-            images[flip] = images[flip].flip(dims=[2])
-        tokens, lengths = self.data.text_batch(rows)
-        return self.model(images.to(self.device), tokens.to(self.device), lengths)
+    def _plan_batch(self, plan: StepPlan) -> HostBatch:
+        """What a loader worker prepares for a training step: this rank's rows on the host."""
+        return self.data.host_batch(plan.local.rows, self.settings.image_size, plan.text_width)
 
-    def train_step(self, batch: Batch) -> dict[str, float]:
-        self.model.train()
-        outputs = self._encode(batch.rows, train=True)
-        inputs = batch_loss_inputs(outputs, batch, self.group_ids, self.mask_neighbor_pairs)
+    def _plan(self, batch: Batch) -> StepPlan | None:
+        """This rank's part of a global batch; None when it cannot give every rank an anchor (skipped)."""
+        world = self.distributed.world_size
+        if world == 1:
+            return StepPlan(batch, [batch], batch, None, 0, int(self.data.lengths[batch.rows].max()))
+        if not can_shard(batch, world):
+            return None
+        shards = [shard_batch(batch, rank, world) for rank in range(world)]
+        merged, order = merge_shards(shards)
+        rank = self.distributed.rank
+        offset = sum(len(shard.rows) for shard in shards[:rank])
+        return StepPlan(shards[rank], shards, merged, order, offset, int(self.data.lengths[batch.rows].max()))
+
+    def _epoch_plans(self):
+        for batch in self.sampler.epoch():
+            if (plan := self._plan(batch)) is not None:
+                yield plan
+
+    def _flipped(self, images: Tensor, plan: StepPlan) -> Tensor:
+        """Random horizontal flips, done on the device. The coins are tossed in this thread for the whole
+        global batch in order (so any number of loader workers and ranks toss the same), a rank taking its
+        rows' share; selecting flipped or original pixels is exact, so CPU runs are unchanged."""
+        if not self.settings.horizontal_flip or self.data.image_features is not None:
+            return images
+        coins = torch.rand(len(plan.merged.rows), generator=self.flip_generator) < 0.5
+        flip = coins[plan.offset : plan.offset + len(plan.local.rows)].to(images.device)
+        return torch.where(flip.view(-1, 1, 1, 1), images.flip(dims=[2]), images)
+
+    def _forward(self, model: nn.Module, loaded: DeviceBatch, images: Tensor) -> dict[str, Tensor]:
+        """The model's outputs, under autocast when mixed precision is on; losses always take fp32."""
+        with autocast(self.amp_dtype, self.device):
+            outputs = model(images, loaded.tokens, loaded.lengths)
+        return {key: value.float() for key, value in outputs.items()}
+
+    def train_step(self, plan: StepPlan, loaded: DeviceBatch) -> dict[str, float]:
+        self.train_model.train()
+        outputs = self._forward(self.train_model, loaded, self._flipped(loaded.images, plan))
+        if self.distributed.active:
+            outputs = gather_outputs(outputs, plan.shards, plan.order)
+        inputs = batch_loss_inputs(outputs, plan.merged, self.group_ids, self.mask_neighbor_pairs)
         parts = compute_losses(self.losses, inputs)
         total = torch.stack(list(parts.values())).sum()
         if not torch.isfinite(total):
@@ -225,24 +312,40 @@ class Trainer:
                 f"non-finite loss {total.item()} (parts: { {k: v.item() for k, v in parts.items()} })"
             )
         self.optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        self.optimizer.step()
+        if self.scaler is None:
+            total.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(total).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         return {"loss": total.item(), **{name: value.item() for name, value in parts.items()}}
 
     @torch.no_grad()
     def validation_loss(self) -> float:
+        """Mean neighbour-free loss over validation batches of the global batch size (a loss over in-batch
+        negatives depends on it); ranks take every world_size-th batch and the sums are added up."""
         self.model.eval()
         positions = self.val_positions
-        totals, weights = 0.0, 0
-        for start in range(0, len(positions), self.settings.batch_size):
-            rows = positions[start : start + self.settings.batch_size]
+        batch_size = self.settings.batch_size * self.distributed.world_size
+        batches = []
+        for start in range(0, len(positions), batch_size):
+            rows = positions[start : start + batch_size]
             if len(rows) < 2 or not bool((self.group_ids[rows] != self.group_ids[rows[0]]).any()):
                 continue  # no in-batch negative
+            batches.append(rows)
+        mine = batches[self.distributed.rank :: self.distributed.world_size]
+        totals, weights = 0.0, 0
+        size = self.settings.image_size
+        for rows, loaded in self.loader(mine, lambda rows: self.data.host_batch(rows, size)):
             batch = Batch(rows=rows, n_main=len(rows))
-            inputs = loss_inputs(self._encode(rows, train=False), batch, self.group_ids[rows].to(self.device))
+            outputs = self._forward(self.model, loaded, loaded.images)
+            inputs = loss_inputs(outputs, batch, self.group_ids[rows].to(self.device))
             parts = compute_losses(self.val_losses, inputs)
             totals += float(torch.stack(list(parts.values())).sum()) * len(rows)
             weights += len(rows)
+        if self.distributed.active:
+            totals, weights = all_reduce_sum([totals, weights], self.device)
         if weights == 0:
             raise ValueError(
                 "the validation split has fewer than 2 pairs: validation loss cannot be computed"
@@ -273,6 +376,8 @@ class Trainer:
                 "history": result.history,
                 "best_epoch": result.best_epoch,
                 "best_val_loss": result.best_val_loss,
+                # fp16 loss scale, so a resumed mixed-precision run scales as the uninterrupted one
+                **({"grad_scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
             },
         )
 
@@ -317,7 +422,25 @@ class Trainer:
         return state, ""
 
     def _resume(self, result: TrainResult) -> int:
-        """Restore the newest usable checkpoint (last, else prev) and return its epoch; 0 when there is none.
+        """Restore the newest usable checkpoint and return its epoch (0: none); see :meth:`_resume_from_files`.
+
+        In a data-parallel run rank 0 alone inspects, sets aside and chooses files; the others then load the
+        checkpoint it chose and take its best-model record, so every rank continues from the same state.
+        """
+        if self.distributed.is_main:
+            loaded = self._resume_from_files(result)
+        if not self.distributed.active:
+            return result.resumed_from_epoch
+        loaded, best = broadcast_from_main(
+            (loaded, (result.best_epoch, result.best_val_loss)) if self.distributed.is_main else None
+        )
+        if not self.distributed.is_main and loaded is not None:
+            self._restore(torch.load(self.work_dir / loaded, map_location="cpu", weights_only=False), result)
+        result.best_epoch, result.best_val_loss = best
+        return result.resumed_from_epoch
+
+    def _resume_from_files(self, result: TrainResult) -> str | None:
+        """Restore the newest usable checkpoint (last, else prev); the name of the file restored, or None.
 
         An unusable checkpoint (unreadable, keys missing, not this model's shapes, non-finite weights) is never
         loaded: a ``RuntimeWarning`` names it and why, and it is renamed to ``<name>.corrupt-<n>`` (kept for
@@ -340,7 +463,17 @@ class Trainer:
             )
         else:
             self._check_best(-1, result)
-            return 0
+            return None
+        self._restore(state, result)
+        # a kill between writing model_best.pt and checkpoint_last.pt leaves the best of the very next epoch:
+        # the resumed run redoes that epoch exactly and writes the same file again, so it is kept as it is
+        redone_next = name == LAST_CHECKPOINT and self._best_epoch_on_disk() == state["epoch"] + 1
+        if not redone_next:
+            self._check_best(state["best_epoch"], result)
+        return name
+
+    def _restore(self, state: dict, result: TrainResult) -> None:
+        """Apply a checked checkpoint: weights, optimiser, schedules, every random state, the history."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -353,12 +486,8 @@ class Trainer:
         result.best_epoch = state["best_epoch"]
         result.best_val_loss = state["best_val_loss"]
         result.resumed_from_epoch = state["epoch"]
-        # a kill between writing model_best.pt and checkpoint_last.pt leaves the best of the very next epoch:
-        # the resumed run redoes that epoch exactly and writes the same file again, so it is kept as it is
-        redone_next = name == LAST_CHECKPOINT and self._best_epoch_on_disk() == state["epoch"] + 1
-        if not redone_next:
-            self._check_best(state["best_epoch"], result)
-        return state["epoch"]
+        if self.scaler is not None and "grad_scaler" in state:
+            self.scaler.load_state_dict(state["grad_scaler"])
 
     def _best_epoch_on_disk(self) -> int | None:
         """The epoch ``model_best.pt`` holds; -1 without one, None when it cannot be read."""
@@ -416,7 +545,8 @@ class Trainer:
     def fit(self) -> TrainResult:
         result = TrainResult()
         start_epoch = self._resume(result)
-        writer = _tensorboard_writer(self.work_dir)
+        main = self.distributed.is_main  # rank 0 alone writes files
+        writer = _tensorboard_writer(self.work_dir) if main else None
         for epoch in range(start_epoch + 1, self.settings.epochs + 1):
             if self._plateaued(result, epoch - 1):
                 result.stopped_early_at = epoch - 1
@@ -426,22 +556,22 @@ class Trainer:
             n_batches = 0
             rows_seen = 0
             bar = tqdm(
-                self.sampler.epoch(),
+                self.loader(self._epoch_plans(), self._plan_batch),
                 total=self.sampler.batches_per_epoch,
                 desc=f"epoch {epoch}/{self.settings.epochs}",
-                disable=self.progress is False or None,
+                disable=self.progress is False or None or not main,
                 leave=False,
             )
-            for index, batch in enumerate(bar):
+            for index, (plan, loaded) in enumerate(bar):
                 try:
-                    logged = self.train_step(batch)
+                    logged = self.train_step(plan, loaded)
                 except FloatingPointError as error:
                     where = f"at epoch {epoch}, batch {index + 1}/{self.sampler.batches_per_epoch}"
                     raise FloatingPointError(f"{error} {where}; {self._kept(epoch - 1)}") from error
                 for name, value in logged.items():
                     sums[name] = sums.get(name, 0.0) + value
                 n_batches += 1
-                rows_seen += len(batch.rows)
+                rows_seen += len(plan.merged.rows)
                 bar.set_postfix(loss=f"{logged['loss']:.4f}")
             train_seconds = time.time() - started
             if bad := _non_finite(self.model.state_dict()):  # a finite loss can still step to inf weights
@@ -462,15 +592,20 @@ class Trainer:
             if val_loss < result.best_val_loss:
                 result.best_val_loss = val_loss
                 result.best_epoch = epoch
-                self._save(
-                    self.work_dir / BEST_CHECKPOINT, {"epoch": epoch, "model": self.model.state_dict()}
-                )
+                if main:
+                    self._save(
+                        self.work_dir / BEST_CHECKPOINT, {"epoch": epoch, "model": self.model.state_dict()}
+                    )
             if writer is not None:
                 for name, value in row.items():
                     if name != "epoch":
                         writer.add_scalar(name, value, epoch)
-            self._write_history(result.history)
-            self._checkpoint(epoch, result)
+            if main:
+                self._write_history(result.history)
+                self._checkpoint(epoch, result)
+            # no rank starts an epoch before rank 0 has checkpointed the last one: a kill at any point then
+            # resumes every rank from the same epoch
+            self.distributed.barrier()
         if writer is not None:
             writer.close()
         return result
@@ -517,10 +652,11 @@ def encode_pairs(
     """Embeddings of ``positions`` (images, texts), in order; eval mode, no augmentation."""
     device = device or next(model.parameters()).device
     model.eval()
+    # on CUDA, batches are prepared ahead by threads into pinned memory (on CPU: one at a time, as always)
+    loader = BatchLoader(device, LoaderSettings.for_device(device, None, 4, True))
+    chunks = [positions[start : start + batch_size] for start in range(0, len(positions), batch_size)]
     images, texts = [], []
-    for start in range(0, len(positions), batch_size):
-        rows = positions[start : start + batch_size]
-        images.append(model.encode_image(data.image_batch(rows, image_size).to(device)).cpu().numpy())
-        tokens, lengths = data.text_batch(rows)
-        texts.append(model.encode_text(tokens.to(device), lengths).cpu().numpy())
+    for _, loaded in loader(chunks, lambda rows: data.host_batch(rows, image_size)):
+        images.append(model.encode_image(loaded.images).cpu().numpy())
+        texts.append(model.encode_text(loaded.tokens, loaded.lengths).cpu().numpy())
     return np.concatenate(images), np.concatenate(texts)

@@ -9,6 +9,7 @@ import torch
 
 from models.backbones import build_trunk
 from models.encoders import normalised_pixels, resize_batch
+from models.loader import LoaderSettings, prefetched
 
 
 @torch.no_grad()
@@ -32,11 +33,18 @@ def trunk_features(
     trunk = build_trunk(backbone, pretrained).to(device, memory_format=torch.channels_last).eval()
     mean = torch.tensor(trunk.mean, device=device).view(1, 3, 1, 1)
     std = torch.tensor(trunk.std, device=device).view(1, 3, 1, 1)
-    chunks = []
-    for start in range(0, len(images), batch_size):
-        rows = np.arange(start, min(start + batch_size, len(images)))
+    # on CUDA, threads slice and resize the next batches into pinned memory while the GPU runs this one
+    loading = LoaderSettings.for_device(torch.device(device), None, 4, True)
+
+    def host_batch(rows: np.ndarray) -> torch.Tensor:
         batch = resize_batch(torch.from_numpy(np.ascontiguousarray(images[rows])), image_size)
-        pixels = normalised_pixels(batch.to(device), mean, std)
+        return batch.pin_memory() if loading.pin_memory else batch
+
+    starts = range(0, len(images), batch_size)
+    row_chunks = (np.arange(start, min(start + batch_size, len(images))) for start in starts)
+    chunks = []
+    for _, batch in prefetched(row_chunks, host_batch, loading.num_workers, loading.prefetch_batches):
+        pixels = normalised_pixels(batch.to(device, non_blocking=loading.pin_memory), mean, std)
         feature_map = trunk(pixels.contiguous(memory_format=torch.channels_last))
         chunk = feature_map.half() if spatial else feature_map.mean(dim=(2, 3))
         chunks.append(chunk.cpu().numpy())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +14,11 @@ import torch
 from luigi.freezing import recursively_unfreeze
 from torch import nn
 
+from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
 from models.encoders import EncoderConfig
 from models.losses import build_loss
 from models.registry import build_model, model_class
+from models.settings import significant_settings
 from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer, pick_device
 from pipeline.base import HashedTask
 from pipeline.profiles import TrainSettings
@@ -24,6 +26,7 @@ from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.data import PrepareDataset, Split, integer_group_ids
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
+from pipeline.torchrun_launch import run_with_torchrun
 from pipeline.variants import resolve_variant
 
 
@@ -95,6 +98,12 @@ def build_variant_model(
     return build_model(spec["model"], config, word_vectors, **spec["model_options"])
 
 
+def rank_device(distributed: Distributed) -> torch.device:
+    """The GPU of this process's local rank (CUDA), else the CPU."""
+    device = pick_device()
+    return torch.device("cuda", distributed.local_rank) if device.type == "cuda" else device
+
+
 def feature_width(data: PairData) -> int | None:
     return None if data.image_features is None else int(data.image_features.shape[1])
 
@@ -126,6 +135,11 @@ class Train(VariantParams, DatasetParams, HashedTask):
     resumable = True
     outputs = {"checkpoint": BEST_CHECKPOINT, "last_checkpoint": LAST_CHECKPOINT, "history": HISTORY_FILE}
 
+    @property
+    def resources(self) -> dict[str, int]:
+        """A GPU for each process this Train runs on this host (``nproc_per_node``; see VariantParams)."""
+        return {"gpu": self.train_settings().nproc_per_node} if torch.cuda.is_available() else {}
+
     def requires(self) -> dict[str, HashedTask]:
         required = {
             "split": self.clone(Split),
@@ -144,12 +158,22 @@ class Train(VariantParams, DatasetParams, HashedTask):
         spec.pop("train", None)  # resolved into "train" below
         return {
             "variant": spec,
-            "train": asdict(self.train_settings()),
+            # speed-only settings (loader threads, pinning, layout) are left out: they never change the model
+            "train": significant_settings(self.train_settings()),
             "neighbor_sample_k": self.settings.neighbors.sample_k if spec["neighbor_source"] else None,
             "seed": self.seed,
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
+        """Trains here, or with ``nproc_per_node * nnodes`` > 1 in processes torchrun starts
+        (``pipeline.train_ddp``), rank 0 of which writes the files and the summary returned here."""
+        t = self.train_settings()
+        if t.world_size > 1 and not launched_by_torchrun():
+            return run_with_torchrun(self, work_dir, t)
+        return self.train_in(work_dir, init_from_environment())
+
+    def train_in(self, work_dir: Path, distributed: Distributed = SINGLE_PROCESS) -> dict[str, Any]:
+        """Train into ``work_dir`` as this process's part of ``distributed`` (a single process by default)."""
         inputs = self.requires()
         config = self.config()
         t = self.train_settings()
@@ -176,7 +200,8 @@ class Train(VariantParams, DatasetParams, HashedTask):
             config["seed"],
             work_dir,
             neighbors=neighbors,
-            device=pick_device(),
+            device=rank_device(distributed),
+            distributed=distributed,
         )
         result = trainer.fit()
         epoch_seconds = [row["train_seconds"] for row in result.history]
@@ -188,6 +213,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
             "mean_epoch_seconds": float(np.mean(epoch_seconds)) if epoch_seconds else None,
             "stopped_early_at": result.stopped_early_at,
             "device": str(trainer.device),
+            "processes": distributed.world_size,
             "trunk": t.trunk,
             "imagenet_weights_loaded": imagenet_weights_loaded(model, inputs.get("features")),
         }

@@ -1,0 +1,99 @@
+"""Starting a data-parallel Train under torchrun: the command every node runs and the wait for it.
+
+``Train.produce`` calls :func:`run_with_torchrun` when its ``nproc_per_node * nnodes`` is above 1; the processes
+torchrun starts run ``pipeline.train_ddp`` (the entry point), and rank 0 leaves its summary in the work
+directory for this module to hand back. See docs/gpu.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from models.settings import TrainSettings
+from pipeline.base import HashedTask
+
+logger = logging.getLogger("luigi-interface")
+
+#: the torchrun entry point every process runs
+ENTRY_POINT = "pipeline.train_ddp"
+#: rank 0's summary of the run, read back by the launching Train and removed
+SUMMARY_FILE = "ddp_summary.json"
+
+
+def torchrun_command(task: HashedTask, work_dir: Path, settings: TrainSettings) -> list[str]:
+    """The command every node runs (the same on each: torchrun's rendezvous assigns the node ranks)."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(settings.nproc_per_node),
+    ]
+    if settings.nnodes == 1:
+        command.append("--standalone")  # a local rendezvous on a free port
+    else:
+        if not settings.rdzv_endpoint:
+            raise ValueError(
+                f"nnodes={settings.nnodes} needs rdzv_endpoint, the host:port of the first node's rendezvous"
+            )
+        command += [
+            "--nnodes",
+            str(settings.nnodes),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            settings.rdzv_endpoint,
+            "--rdzv-id",
+            task.signature(),
+        ]
+    parameters = json.dumps(task.to_str_params(), sort_keys=True)
+    return command + [
+        "-m",
+        "pipeline.train_ddp",
+        "--task",
+        parameters,
+        "--work-dir",
+        str(Path(work_dir).resolve()),
+    ]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """torchrun gets SIGTERM (and stops its workers) when the Train that started it dies, so a killed Train
+    never leaves a run writing into the work directory its rerun resumes from."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: nothing to arm
+
+
+def run_with_torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings) -> dict[str, Any]:
+    """Run ``task``'s training in ``world_size`` processes under torchrun; rank 0's summary."""
+    command = torchrun_command(task, work_dir, settings)
+    if settings.nnodes > 1:
+        logger.warning(
+            "Train %s waits for %d more node(s); on each run:\n%s",
+            task.task_id,
+            settings.nnodes - 1,
+            shlex.join(command),
+        )
+    else:
+        logger.info("Train %s runs: %s", task.task_id, shlex.join(command))
+    summary_path = Path(work_dir) / SUMMARY_FILE
+    summary_path.unlink(missing_ok=True)
+    completed = subprocess.run(command, preexec_fn=_die_with_parent, check=False)
+    if completed.returncode != 0:
+        raise RuntimeError(
+            f"torchrun exited with status {completed.returncode} ({shlex.join(command)}); the checkpoints in "
+            f"{work_dir} are kept and a rerun resumes from them"
+        )
+    summary = json.loads(summary_path.read_text())
+    summary_path.unlink()
+    return summary

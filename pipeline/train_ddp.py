@@ -1,0 +1,40 @@
+"""torchrun's entry point for a data-parallel Train: one process of it.
+
+torchrun starts this module (``pipeline.torchrun_launch`` builds the command; on several nodes each node runs
+the same command) with the Train's parameters and its work directory. Each process joins the group
+(``models.distributed.init_from_environment``), rebuilds the same Train and trains its share into the work
+directory; rank 0 alone writes the checkpoints, the history and the summary the launching Train reads back.
+
+    python -m torch.distributed.run --nproc-per-node N --standalone -m pipeline.train_ddp \
+        --task '<Train parameters as JSON>' --work-dir <the Train's work directory>
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch.distributed as dist
+
+from models.distributed import init_from_environment
+from pipeline.tasks.training import Train
+from pipeline.torchrun_launch import SUMMARY_FILE
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="one process of a data-parallel Train (started by torchrun)")
+    parser.add_argument("--task", required=True, help="the Train's parameters (JSON of to_str_params)")
+    parser.add_argument("--work-dir", required=True, help="the Train's work directory (shared by all nodes)")
+    args = parser.parse_args(argv)
+    distributed = init_from_environment()  # torchrun sets OMP_NUM_THREADS=1 per process unless the user did
+    task = Train.from_str_params(json.loads(args.task))
+    summary = task.train_in(Path(args.work_dir), distributed)
+    if distributed.is_main:
+        (Path(args.work_dir) / SUMMARY_FILE).write_text(json.dumps(summary))
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
