@@ -40,6 +40,50 @@ def check_run_names(
             raise RunConfigurationError(f"bad override for variant {name!r}: {error.args[0]}") from None
 
 
+def gpu_shortfall(processes_by_variant: Mapping[str, int], host_gpus: int, scheduler_gpus: int) -> str | None:
+    """Why the variants' ``nproc_per_node`` cannot run on this host (None when they can): more processes than
+    GPUs, or more than Luigi's ``[resources] gpu`` hands out (Luigi would then never schedule that Train and
+    the run would end with nothing said but 'not run')."""
+    wanted = {name: n for name, n in processes_by_variant.items() if n > 1}
+    if not wanted:
+        return None
+    name, most = max(wanted.items(), key=lambda item: item[1])
+    if most > host_gpus:
+        return f"variant {name!r} asks for nproc_per_node={most} GPUs, this host has {host_gpus}"
+    if most > scheduler_gpus:
+        return (
+            f"variant {name!r} asks for nproc_per_node={most} GPUs but luigi.cfg hands out "
+            f"[resources] gpu = {scheduler_gpus}; set it to this host's GPU count ({host_gpus})"
+        )
+    return None
+
+
+def check_gpu_fit(profile: str, variants: Iterable[str], overrides: Mapping[str, Any]) -> None:
+    """On a CUDA host, raise :class:`RunConfigurationError` when a variant's ``nproc_per_node`` does not fit
+    (see :func:`gpu_shortfall`). On CPU the processes are gloo processes and always fit."""
+    import luigi
+    import torch
+
+    from pipeline.profiles import PROFILES
+    from pipeline.variants import resolve_variant
+
+    if not torch.cuda.is_available():
+        return
+    settings = PROFILES[profile]
+    processes = {
+        name: int(
+            resolve_variant(name, dict(overrides.get(name, {})), settings.loss_defaults)
+            .get("train", {})
+            .get("nproc_per_node", settings.train.nproc_per_node)
+        )
+        for name in variants
+    }
+    scheduler_gpus = luigi.configuration.get_config().getint("resources", "gpu", 1)
+    problem = gpu_shortfall(processes, torch.cuda.device_count(), scheduler_gpus)
+    if problem:
+        raise RunConfigurationError(problem)
+
+
 def exit_or_raise(error: RunConfigurationError) -> None:
     """On the ``luigi`` command line: print ``error: ...`` as one line and exit with status 2 (luigi would
     log a traceback and, for an error met while scheduling, exit 0). Called from code (``luigi.build``): raise."""

@@ -87,3 +87,28 @@ def test_a_cooperative_exit_status_stays_when_the_run_is_not_finished(tmp_path, 
     argv = ["--module", "pipeline", "FullRun", "--profile", "smoke", "--run-root", str(tmp_path / "runs")]
     assert judged_by_result(code, argv) == code
     assert judged_by_result(30, argv) == 30
+
+
+@pytest.mark.parametrize(
+    ("processes", "host_gpus", "scheduler_gpus", "message"),
+    [
+        ({"ours": 1, "ang_np_sym": 1}, 0, 1, None),
+        ({"ours": 8}, 8, 8, None),
+        (
+            {"ours": 8, "ang_np_sym": 2},
+            4,
+            4,
+            "variant 'ours' asks for nproc_per_node=8 GPUs, this host has 4",
+        ),
+        ({"ours": 4}, 8, 1, "luigi.cfg hands out [resources] gpu = 1; set it to this host's GPU count (8)"),
+    ],
+)
+def test_a_ddp_train_that_cannot_fit_the_host_is_refused_before_any_work(
+    processes, host_gpus, scheduler_gpus, message
+):
+    """Luigi never schedules a task needing more of a resource than it hands out, and says only 'not run';
+    FullRun refuses such a grid at once on a CUDA host instead."""
+    from pipeline.validation import gpu_shortfall
+
+    problem = gpu_shortfall(processes, host_gpus, scheduler_gpus)
+    assert problem == message if message is None else message in problem

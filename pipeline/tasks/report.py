@@ -35,7 +35,7 @@ from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec
 from pipeline.tasks.training import Train
-from pipeline.validation import RunConfigurationError, check_run_names, exit_or_raise
+from pipeline.validation import RunConfigurationError, check_gpu_fit, check_run_names, exit_or_raise
 from pipeline.variants import paper_grid
 
 #: the headline, the significance table and Figs. 5–6 compare this method with this baseline
@@ -257,9 +257,9 @@ class FullRun(GridParams, DatasetParams, luigi.WrapperTask):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         try:
-            check_run_names(
-                self.profile, self.dataset, self.variants, recursively_unfreeze(self.variant_overrides)
-            )
+            overrides = recursively_unfreeze(self.variant_overrides)
+            check_run_names(self.profile, self.dataset, self.variants, overrides)
+            check_gpu_fit(self.profile, self.variant_names(), overrides)
         except RunConfigurationError as error:
             exit_or_raise(error)
 
