@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from data_recipes.image_cache import build_image_cache, load_image_cache
 from data_recipes.validate import (
     REJECT_COLUMNS,
     REJECT_REASONS,
@@ -21,7 +22,6 @@ from data_recipes.validate import (
     reject_counts,
     validate_records,
 )
-from pipeline.steps.image_cache import build_image_cache, load_image_cache
 
 # ---------------------------------------------------------------- writers of good and bad files
 
