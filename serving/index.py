@@ -80,7 +80,9 @@ class GalleryIndex:
 
     # ------------------------------------------------------------------ create / open
     @classmethod
-    def create(cls, path: Path, bundle: Bundle) -> GalleryIndex:
+    def create(cls, path: Path, bundle: Bundle, exact_up_to: int = EXACT_SEARCH_MAX_VECTORS) -> GalleryIndex:
+        """A new, empty index for ``bundle``'s embeddings; a modality with more than ``exact_up_to`` vectors
+        is searched with Annoy (the default is the crossover measured by benchmarks/bench_search.py)."""
         path = Path(path)
         if (path / INDEX_FILE).exists():
             raise FileExistsError(f"{path} already holds an index; open it to add items")
@@ -97,6 +99,7 @@ class GalleryIndex:
             # relative when it can be: an index and its bundle moved together keep working
             "bundle_path": os.path.relpath(bundle.path.resolve(), path.resolve()),
             "thumbnail_size": size,
+            "exact_up_to": exact_up_to,
             "search": {},
             "history": [],
         }
@@ -205,12 +208,12 @@ class GalleryIndex:
         self._backends, self._row_items = {}, {}
         for modality in MODALITIES:
             vectors = self.vectors[modality]
-            backend = choose_backend(vectors.shape[0] * vectors.shape[1])
+            backend = choose_backend(vectors.shape[0] * vectors.shape[1], self.meta["exact_up_to"])
             ann = self.path / f"{modality}.ann"
             settings: dict[str, Any] = {
                 "backend": backend,
                 "vectors": int(vectors.shape[0] * vectors.shape[1]),
-                "exact_up_to": EXACT_SEARCH_MAX_VECTORS,
+                "exact_up_to": self.meta["exact_up_to"],
             }
             if backend == "annoy":
                 tmp = ann.with_name(f".{ann.name}.{os.getpid()}.tmp")

@@ -14,17 +14,18 @@ from pathlib import Path
 import numpy as np
 from annoy import AnnoyIndex
 
-#: below this many vectors exact search answers a query within Annoy's latency (and exactly); above it
-#: Annoy. Measured by benchmarks/bench_search.py on this 2-core machine, 256-d: see its results file.
-EXACT_SEARCH_MAX_VECTORS = 200_000
-#: Annoy settings of a built index: trees at build, nodes inspected per query (recall@10 >= 0.95 at 1M
-#: clustered 256-d vectors in the benchmark)
-ANNOY_TREES = 16
-ANNOY_SEARCH_K = 40_000
+#: up to this many vectors a modality is searched exactly. Measured by benchmarks/bench_search.py on this 2-core
+#: machine with 256-d clustered embeddings (benchmarks/results/bench_search.md): at 1M vectors exact search takes
+#: 19-40 ms (p50) with recall 1, while Annoy needs 48 trees and search_k >= 250k to reach recall@10 >= 0.95 and is
+#: then no faster (~30-45 ms); Annoy pays off only beyond that, where exact grows linearly and Annoy does not.
+EXACT_SEARCH_MAX_VECTORS = 1_000_000
+#: Annoy settings above the crossover: recall@10 0.99 at 1M vectors in the benchmark (16 trees / 40k: 0.46)
+ANNOY_TREES = 48
+ANNOY_SEARCH_K = 400_000
 
 
-def choose_backend(n_vectors: int) -> str:
-    return "exact" if n_vectors <= EXACT_SEARCH_MAX_VECTORS else "annoy"
+def choose_backend(n_vectors: int, exact_up_to: int = EXACT_SEARCH_MAX_VECTORS) -> str:
+    return "exact" if n_vectors <= exact_up_to else "annoy"
 
 
 def _best_per_item(rows: np.ndarray, scores: np.ndarray, per_item: int) -> tuple[np.ndarray, np.ndarray]:

@@ -27,11 +27,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from pipeline import Train
+from pipeline import Evaluate, Train
 from serving.bundle import BundleError, load_bundle
 from serving.cli import main
 from serving.embed import Embedder
-from serving.index import GalleryIndex
+from serving.gallery import read_gallery, table_manifest
+from serving.index import GalleryIndex, embed_into
 from serving.search import Searcher
 
 pytestmark = pytest.mark.slow
@@ -129,6 +130,25 @@ def test_bundle_embeds_the_test_split_exactly_as_evaluate_did(pipeline_index):
     assert len(index.items) == len(rows) and index.meta["search"]["image"]["backend"] == "exact"
 
 
+def test_a_pvse_bundle_keeps_its_spatial_trunk_and_k_embeddings(tmp_path, pipeline_index):
+    """PVSE attends over the trunk's map (cached in half precision) and gives K embeddings per item: its bundle
+    embeds the test split into its Evaluate's [N, K, D] embeddings too."""
+    pvse = pipeline_index.clone(Train, variant="pvse")
+    crossmodal("export", str(pvse.output_dir()), str(tmp_path / "pvse"))
+    bundle = load_bundle(tmp_path / "pvse")
+    assert bundle.image["features"] == "spatial" and bundle.manifest["embedding"]["per_item"] == 2
+    evaluate = pipeline_index.clone(Evaluate, variant="pvse")
+    test = pipeline_index.requires()["split"].manifest().iloc[evaluate.load("test_rows")]
+    embedder = Embedder(bundle)
+    images = embedder.embed_pixels(
+        pipeline_index.requires()["prepared"].images()[test["cache_row"].to_numpy()]
+    )
+    np.testing.assert_allclose(images, evaluate.load("test_image"), atol=1e-3)
+    np.testing.assert_allclose(
+        embedder.embed_texts(test["text"].tolist()), evaluate.load("test_text"), atol=1e-5
+    )
+
+
 def test_export_cli_writes_the_pipelines_bundle_and_refuses_a_broken_one(tmp_path, pipeline_index):
     train_dir = pipeline_index.requires()["train"].output_dir()
     done = crossmodal("export", str(train_dir), str(tmp_path / "bundle"))
@@ -191,6 +211,23 @@ def test_index_skips_and_lists_bad_images_and_grows_without_reembedding(tmp_path
     )
     again = crossmodal("index", bundle, "--images", str(folder), "--out", str(out))
     assert "Indexed 0 new items" in again.stdout and "duplicate_pair_id" in again.stdout
+
+
+def test_an_index_above_the_crossover_searches_with_annoy_and_finds_the_same_items(
+    tmp_path, pipeline_index, gallery
+):
+    folder, _ = gallery
+    bundle = load_bundle(pipeline_index.output_path("bundle"))
+    found = {}
+    for name, exact_up_to in (("exact", 10_000), ("annoy", 5)):
+        index = GalleryIndex.create(tmp_path / name, bundle, exact_up_to=exact_up_to)
+        batch = read_gallery(table_manifest(folder / "pairs.csv", tmp_path), int(bundle.image["cache_size"]))
+        embed_into(index, Embedder(bundle), batch, "the gallery table")
+        reopened = GalleryIndex.open(tmp_path / name)
+        assert reopened.meta["search"]["image"]["backend"] == name
+        assert (tmp_path / name / "image.ann").exists() == (name == "annoy")
+        found[name] = [hit.item_id for hit in Searcher(reopened, bundle).by_text(QUERY, 8)]
+    assert found["annoy"] == found["exact"]
 
 
 def test_search_cli_finds_a_photo_by_its_own_caption_and_reads_bad_queries(pipeline_index, gallery):
