@@ -11,13 +11,19 @@ at 96 px + projection for a 64 px photo; random weights, which do not change the
 
     python benchmarks/bench_search.py --quick                 # 2k and 10k items, a minute
     python benchmarks/bench_search.py --bundle B              # 10k and 1M, and the API's requests/s with B
+    python benchmarks/bench_search.py --annoy-sweep           # Annoy's recall / latency by trees x search_k
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
+
+# as `crossmodal` runs (serving/cli.py): one BLAS thread, set before numpy loads
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
 import platform
 import socket
 import subprocess
@@ -239,13 +245,99 @@ def api_requests_per_second(bundle: Path, seconds: float, clients: int, work: Pa
     }
 
 
+def annoy_sweep(n: int, work: Path, n_queries: int = 100) -> list[dict]:
+    """Annoy's recall@10 and search latency at ``n`` items for a grid of trees x search_k: how the settings
+    of serving.neighbours were chosen (the least search work reaching recall@10 >= 0.95)."""
+    rng = np.random.default_rng(n)
+    centres = unit_centres(n, rng)
+    gallery, queries = clustered(n, rng, centres), clustered(n_queries, rng, centres)
+    exact = ExactSearch(gallery)
+    truth = [set(exact.search(query, 10)[0]) for query in queries]
+    rows = []
+    for n_trees in (16, 48):
+        build_s, annoy = timed(lambda t=n_trees: AnnoySearch.build(gallery, work / f"sweep_{t}.ann", t, 0))
+        for search_k in (40_000, 100_000, 200_000, 400_000):
+            annoy.search_k = search_k
+            annoy.search(queries[0], 10)
+            times, recall = [], []
+            for query, expected in zip(queries, truth, strict=True):
+                seconds, (items, _) = timed(lambda q=query, a=annoy: a.search(q, 10))
+                times.append(seconds)
+                recall.append(len(set(items) & expected) / 10)
+            row = {
+                "n_trees": n_trees,
+                "build_s": round(build_s, 1),
+                "search_k": search_k,
+                "recall@10": round(float(np.mean(recall)), 3),
+                **percentiles(times),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def markdown(results: dict) -> str:
+    """The results as the tables of benchmarks/results/bench_search.md and docs/serving.md."""
+    lines = [
+        f"Machine: {results['machine']}, torch threads {results['torch_threads']}, one BLAS thread (as "
+        "`crossmodal` runs). Latencies in ms over 300 queries; a query = its embedding + the search.",
+        "",
+        "| items | backend | recall@10 | search p50 / p99 | text query p50 / p99 | image query p50 / p99 | build |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in results["sizes"]:
+        annoy = row["annoy"]
+        for backend in ("exact", "annoy"):
+            recall = "1 (exact)" if backend == "exact" else f"{annoy['recall@10']:.3f}"
+            build = "—" if backend == "exact" else f"{row['annoy_build_s']} s ({annoy['n_trees']} trees)"
+            cells = [
+                f"{row[f'{backend}_{part}']['p50_ms']} / {row[f'{backend}_{part}']['p99_ms']}"
+                for part in ("search", "text_query", "image_query")
+            ]
+            name = backend if backend == "exact" else f"annoy (search_k {annoy['search_k']:,})"
+            lines.append(f"| {row['items']:,} | {name} | {recall} | {' | '.join(cells)} | {build} |")
+    lines += [
+        "",
+        "Embedding alone (demo-sized model), p50 / p99 ms: "
+        + "; ".join(
+            f"{row['items']:,} items run: text {row['embed_text']['p50_ms']} / {row['embed_text']['p99_ms']}, "
+            f"image {row['embed_image']['p50_ms']} / {row['embed_image']['p99_ms']}"
+            for row in results["sizes"]
+        ),
+        "",
+        "Exact search alone by gallery size (p50 / p99 ms): "
+        + ", ".join(
+            f"{row['items']:,}: {row['p50_ms']} / {row['p99_ms']}" for row in results["exact_search_by_size"]
+        )
+        + f". Crossover (exact within Annoy's p99): {results['crossover_items']} items.",
+    ]
+    if "api_text_queries" in results:
+        api = results["api_text_queries"]
+        lines += [
+            "",
+            f"API: {api['requests_per_s']} text queries/s ({api['requests']} in {api['seconds']} s, "
+            f"{api['clients']} client threads on the same 2 cores, {api['items']:,} items, model "
+            f"{api['model']} {api['width']}-d).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2k and 10k items only")
     parser.add_argument("--bundle", help="a bundle for the API's requests/s (skipped without one)")
     parser.add_argument("--api-seconds", type=float, default=20.0)
-    parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--out", help="write the results as JSON here (and as Markdown beside it, .md)")
+    parser.add_argument("--render", help="only print the Markdown tables of a results JSON")
+    parser.add_argument("--annoy-sweep", action="store_true", help="only Annoy's trees x search_k grid at 1M")
     args = parser.parse_args()
+    if args.render:
+        print(markdown(json.loads(Path(args.render).read_text())), end="")
+        return
+    if args.annoy_sweep:
+        with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
+            annoy_sweep(1_000_000, Path(tmp))
+        return
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     embedder = demo_sized_embedder()
     results: dict = {
@@ -263,7 +355,9 @@ def main() -> None:
         faster = [row["items"] for row in results["exact_search_by_size"] if row["p99_ms"] <= annoy_p99]
         # the size up to which exact search answers within Annoy's p99 (at its recall-matched settings)
         largest = results["exact_search_by_size"][-1]["items"]
-        results["crossover_items"] = (max(faster) if faster else 0) if largest not in faster else f">= {largest}"
+        results["crossover_items"] = (
+            (max(faster) if faster else 0) if largest not in faster else f">= {largest}"
+        )
         if args.bundle:
             results["api_text_queries"] = api_requests_per_second(
                 Path(args.bundle), args.api_seconds, 8, Path(tmp)
@@ -271,6 +365,7 @@ def main() -> None:
     print(json.dumps(results, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+        Path(args.out).with_suffix(".md").write_text(markdown(results))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -104,11 +105,15 @@ def _search(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    import torch
     import uvicorn
 
     from serving.api import ServeSettings, create_app
     from serving.search import Searcher
 
+    # requests are embedded in parallel threads (FastAPI's pool): one core each instead of every request
+    # fanning out over all cores
+    torch.set_num_threads(1)
     searcher = Searcher.open(Path(args.index), Path(args.bundle) if args.bundle else None)
     settings = ServeSettings(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024))
     summary = searcher.summary()
@@ -169,6 +174,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # One BLAS thread (set before numpy loads): exact search is memory-bound, so a second thread gains little
+    # (34 -> 30 ms at 1M vectors) while its spinning steals the core torch needs for the next query's
+    # embedding (text p99 1.7 -> 9.6 ms, more under load; benchmarks/bench_search.py)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = parser().parse_args(argv)
     if args.command == "index" and not (args.images or args.table):
         parser().error("index needs --images DIR and/or --table FILE")
