@@ -11,6 +11,7 @@ import numpy as np
 from luigi.freezing import recursively_unfreeze
 
 from data_recipes import CAPTION_GROUP_RECIPES
+from evaluation.document import Document
 from evaluation.evaluate import HEADLINE_PRESERVATION
 from evaluation.gallery import write_thumbnails
 from evaluation.report import (
@@ -261,7 +262,7 @@ class Report(GridParams, DatasetParams, HashedTask):
         return {"variants": self.variant_names(), "seeds": self.seed_plan()}
 
 
-def search_section(document: Any, search_index: SearchIndex) -> str:
+def search_section(document: Document, search_index: SearchIndex) -> str:
     """The report's last section: how to search the test split with the exported model; returns the command."""
     summary = search_index.meta()["summary"]
     label = search_index.variant_spec()["label"]
