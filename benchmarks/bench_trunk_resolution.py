@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from data_recipes.embedded import build
+from data_recipes.image_cache import build_image_cache
 from pipeline.steps.features import trunk_features
-from pipeline.steps.image_cache import build_image_cache
 
 
 def topic_precision_at_10(features: np.ndarray, topics: np.ndarray) -> float:

@@ -5,7 +5,7 @@ Two stages share one reject vocabulary (:data:`REJECT_REASONS`) and one reject t
 
 * :func:`validate_records` runs cheap per-row checks on the manifest (ids and text);
 * :func:`load_image_rgb` decodes one image fully and raises :class:`ImageRejected` with a reason
-  (the image cache, ``pipeline.steps.image_cache``, turns those into reject rows).
+  (the image cache, ``data_recipes.image_cache``, turns those into reject rows).
 
 :func:`enforce_reject_budget` stops a build when too large a share of the input was rejected, since
 that usually means a broken download or a wrong path rather than a few bad rows.

@@ -6,6 +6,7 @@ from pipeline.tasks.data import Deduplicate, PrepareDataset, PrepareShard, Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.report import FullRun, Report
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec, TrainWordVectors, TrunkFeatures
+from pipeline.tasks.search_index import SearchIndex
 from pipeline.tasks.training import Train
 
 install_one_line_input_errors()
@@ -19,6 +20,7 @@ __all__ = [
     "PrepareDataset",
     "PrepareShard",
     "Report",
+    "SearchIndex",
     "Split",
     "Train",
     "TrainDoc2Vec",

@@ -8,10 +8,12 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("pipeline", "models", "evaluation", "data_recipes")
+PACKAGES = ("pipeline", "models", "evaluation", "data_recipes", "serving")
 #: which of the project's packages each package may import
 ALLOWED = {
-    "pipeline": {"pipeline", "models", "evaluation", "data_recipes"},
+    "pipeline": {"pipeline", "models", "evaluation", "data_recipes", "serving"},
+    # a bundle loads, and a gallery is indexed and searched, without the pipeline or a run tree
+    "serving": {"serving", "models", "data_recipes"},
     "models": {"models"},
     "evaluation": {"evaluation"},
     "data_recipes": {"data_recipes"},

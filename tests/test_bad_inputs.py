@@ -20,9 +20,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from data_recipes.image_cache import build_image_cache
 from pipeline import PrepareDataset
-from pipeline.io import DiskFullError
-from pipeline.steps.image_cache import build_image_cache
 from tests.fixtures.bad_files import (
     write_empty,
     write_html,
@@ -201,32 +200,19 @@ def test_a_cache_that_does_not_fit_on_the_disk_fails_with_enospc_not_sigbus(tmp_
     monkeypatch.setattr(os, "posix_fallocate", no_space)
     out = tmp_path / "cache" / "images.npy"
     out.parent.mkdir()
-    with pytest.raises(DiskFullError, match=r"no space left on device while writing .*images\.npy"):
+    with pytest.raises(OSError, match=r"no space left on device while writing .*images\.npy") as caught:
         build_image_cache(manifest, 16, out)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(out)
     assert list(out.parent.iterdir()) == [], "no temp file or partial cache left"
-
-
-CACHE_ON_A_SMALL_DISK = """
-import sys
-import pandas as pd
-from pipeline.steps.image_cache import build_image_cache
-from pipeline.io import DiskFullError
-manifest = pd.DataFrame({"pair_id": ["a", "b", "c"], "image_path": sys.argv[2:5]})
-try:
-    build_image_cache(manifest, 512, __import__("pathlib").Path(sys.argv[1]) / "images.npy")
-except DiskFullError as error:
-    print(error)
-    sys.exit(3)
-"""
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 1 MiB tmpfs (needs root, as in CI); skipped where mounting is not allowed."""
+    """A real 64 KiB tmpfs (needs root, as in CI); skipped where mounting is not allowed."""
     mount_point = tmp_path / "small_disk"
     mount_point.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True
     )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
@@ -235,13 +221,19 @@ def small_disk(tmp_path):
 
 
 def test_a_cache_larger_than_the_disk_is_a_named_error_on_a_real_full_disk(tmp_path, small_disk):
-    """3 images of 512 px (2.3 MB) into 1 MiB: a clear ENOSPC naming the cache and an empty disk, where a
-    sparse memory map would be killed by SIGBUS (exit -7) halfway through."""
-    images = [str(write_noise(tmp_path / f"{i}.png", seed=i, size=(64, 64))) for i in range(3)]
+    """PrepareDataset with its run root on a 64 KiB disk and a 150 KB image cache (50 images at 32 px): one
+    line naming the cache, exit 30, nothing half-written left, where a sparse memory map would be killed
+    by SIGBUS (exit -7) half way through."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _pairs_table(raw, "image_path,text", [f"{i}.png,story number {i}" for i in range(50)])
     result = subprocess.run(
-        [sys.executable, "-c", CACHE_ON_A_SMALL_DISK, str(small_disk), *images],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "pipeline", "PrepareDataset", "--profile", "smoke", "--dataset", "pairs",
+         "--raw-dir", str(raw), "--run-root", str(small_disk)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert result.returncode == 3, (result.returncode, result.stderr)
-    assert "no space left on device while writing" in result.stdout and "images.npy" in result.stdout
-    assert list(small_disk.iterdir()) == []
+    assert result.returncode == 30, (result.returncode, result.stderr)
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+    assert error.startswith("ERROR: PrepareShard failed: [Errno 28] no space left on device while writing ")
+    assert "images.npy" in error and "Traceback" not in result.stderr
+    assert not list(small_disk.rglob("*.partial")) and not list(small_disk.rglob("*.tmp"))

@@ -46,6 +46,10 @@ RUN_TIMEOUT_S = 300
 #: (and every ``checkpoint_*.pt``: the trainer's resume checkpoints carry the history with its epoch times)
 VOLATILE = {
     "_meta.json",
+    # SearchIndex: the bundle's export time and source paths, the index's history times and image paths
+    "bundle.json",
+    "index.json",
+    "items.parquet",
     "history.csv",
     "manifest.parquet",
     "dataset_report.json",

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from data_recipes.image_cache import ShardedImageCache
 from pipeline import Deduplicate, FullRun, PrepareDataset, PrepareShard, Split, Train
 from pipeline.steps.dedup import DedupIndex, deduplicate, deduplicate_into
-from pipeline.steps.image_cache import ShardedImageCache
 from pipeline.tasks.data import stack_shards
 from tests.luigi_runs import build
 

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from data_recipes.image_cache import build_image_cache, load_image_cache
 from data_recipes.validate import (
     REJECT_COLUMNS,
     REJECT_REASONS,
@@ -17,7 +18,6 @@ from data_recipes.validate import (
     reject_counts,
     validate_records,
 )
-from pipeline.steps.image_cache import build_image_cache, load_image_cache
 from tests.fixtures.bad_files import (
     write_empty,
     write_html,

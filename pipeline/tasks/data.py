@@ -14,17 +14,17 @@ import numpy as np
 import pandas as pd
 
 from data_recipes import build_recipe
-from data_recipes.manifest import check_manifest_columns, resolve_image_paths
-from data_recipes.validate import enforce_reject_budget, make_rejects, reject_counts, validate_records
-from pipeline.base import HashedTask
-from pipeline.io import read_json, save_frame, write_json
-from pipeline.steps.dedup import DedupIndex, dedup_precision_recall, deduplicate_into
-from pipeline.steps.image_cache import (
+from data_recipes.image_cache import (
     ShardedImageCache,
     build_image_cache,
     load_image_cache,
     load_image_shards,
 )
+from data_recipes.manifest import check_manifest_columns, resolve_image_paths
+from data_recipes.validate import enforce_reject_budget, make_rejects, reject_counts, validate_records
+from pipeline.base import HashedTask
+from pipeline.io import read_json, save_frame, write_json
+from pipeline.steps.dedup import DedupIndex, dedup_precision_recall, deduplicate_into
 from pipeline.steps.splits import SPLIT_SALT, assign_splits
 from pipeline.tasks.params import DatasetParams
 

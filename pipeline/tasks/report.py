@@ -11,6 +11,7 @@ import numpy as np
 from luigi.freezing import recursively_unfreeze
 
 from data_recipes import CAPTION_GROUP_RECIPES
+from evaluation.document import Document
 from evaluation.evaluate import HEADLINE_PRESERVATION
 from evaluation.gallery import write_thumbnails
 from evaluation.report import (
@@ -34,6 +35,7 @@ from pipeline.tasks.data import Deduplicate, PrepareDataset, Split, integer_grou
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec
+from pipeline.tasks.search_index import SearchIndex
 from pipeline.tasks.training import Train
 from pipeline.validation import RunConfigurationError, check_gpu_fit, check_run_names, exit_or_raise
 from pipeline.variants import paper_grid
@@ -144,8 +146,21 @@ class Report(GridParams, DatasetParams, HashedTask):
             for e in self.evaluations()
         ]
 
+    def search_index(self) -> SearchIndex:
+        """The test split indexed with the headline method's first seed (the first variant's when the run
+        leaves the headline method out)."""
+        names = self.variant_names()
+        variant = HEADLINE_METHOD if HEADLINE_METHOD in names else names[0]
+        return self.clone(
+            SearchIndex,
+            variant=variant,
+            seed=min(self.seeds_for(variant)),
+            variant_overrides=self.overrides_for(variant),
+        )
+
     def requires(self) -> dict[str, Any]:
         return {
+            "search_index": self.search_index(),
             "evaluations": self.evaluations(),
             "trains": self.per_run(Train),
             "prepared": self.clone(PrepareDataset),
@@ -240,10 +255,25 @@ class Report(GridParams, DatasetParams, HashedTask):
             bootstrap_resamples=self.settings.eval.bootstrap_resamples,
         )
         document, payload = build_report(inputs, work_dir)
+        payload["serve_command"] = search_section(document, req["search_index"])
         save_text(self.work_path(work_dir, "markdown"), document.to_markdown())
         save_text(self.work_path(work_dir, "html"), document.to_html())
         write_json(self.work_path(work_dir, "json"), payload)
         return {"variants": self.variant_names(), "seeds": self.seed_plan()}
+
+
+def search_section(document: Document, search_index: SearchIndex) -> str:
+    """The report's last section: how to search the test split with the exported model; returns the command."""
+    summary = search_index.meta()["summary"]
+    label = search_index.variant_spec()["label"]
+    command = search_index.serve_command()
+    document.heading("Search with this model")
+    document.paragraph(
+        f"The test split ({summary['items']} items) is indexed with {label} (seed {summary['seed']}), exported "
+        f"as a model bundle beside the index. Serve it and open http://127.0.0.1:8000/ (docs/serving.md):"
+    )
+    document.code(command)
+    return command
 
 
 class FullRun(GridParams, DatasetParams, luigi.WrapperTask):
@@ -273,7 +303,8 @@ class FullRun(GridParams, DatasetParams, luigi.WrapperTask):
 def _announce_report(task: FullRun) -> None:
     path = task.report_path()
     print(
-        f"\nReport: {path.resolve()}\n        {task.requires().output_path('html').resolve()}",
+        f"\nReport: {path.resolve()}\n        {task.requires().output_path('html').resolve()}"
+        f"\nSearch: {task.requires().search_index().serve_command()}",
         file=sys.stdout,
         flush=True,
     )

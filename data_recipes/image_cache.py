@@ -31,7 +31,6 @@ from data_recipes.validate import (
     make_rejects,
     reject_counts,
 )
-from pipeline.io import disk_full
 
 DEFAULT_PLACEHOLDER_MIN_PATHS = 10
 # Paths decoded per thread-pool round: bounds the decoded thumbnails waiting to be written.
@@ -97,14 +96,17 @@ def _decode_all(paths: Sequence[str], image_size: int, max_pixels: int, workers:
 def reserve_disk_space(path: str | Path, named: Path) -> None:
     """Allocate every block of the file at ``path`` now. A memory map over a sparse file on a full disk is
     killed by SIGBUS at the first page the disk cannot back (no message, no cleanup); reserving first turns
-    that into ENOSPC here, raised as :class:`pipeline.io.DiskFullError` naming ``named``. Filesystems
-    without fallocate keep the sparse file, as before."""
+    that into an ``ENOSPC`` ``OSError`` here, naming ``named`` (the pipeline reports it as its
+    ``DiskFullError``). Filesystems without fallocate keep the sparse file, as before."""
     fd = os.open(path, os.O_RDWR)
     try:
-        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+        size = os.fstat(fd).st_size
+        os.posix_fallocate(fd, 0, size)
     except OSError as error:
         if error.errno == errno.ENOSPC:
-            raise disk_full(named, error) from error
+            raise OSError(
+                errno.ENOSPC, f"no space left on device while writing {named} ({size:,} bytes)", str(named)
+            ) from error
         if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
     finally:

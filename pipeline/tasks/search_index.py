@@ -1,0 +1,98 @@
+"""The search index a FullRun leaves behind: one trained variant (the report's headline method, first seed)
+exported as a model bundle, and its test split embedded through that bundle into an index that
+``crossmodal serve`` answers from (the report ends with the command).
+
+Why through the bundle and not from Evaluate's embeddings: the index then proves the bundle embeds images
+from pixels (trunk included) and texts from words exactly as training did, which is what a user's new gallery
+relies on. The test split is small, so this costs a second or two.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.base import HashedTask
+from pipeline.tasks.data import PrepareDataset, Split
+from pipeline.tasks.evaluation import Evaluate
+from pipeline.tasks.params import DatasetParams
+from pipeline.tasks.representations import TrainWordVectors
+from pipeline.tasks.training import Train, VariantParams
+from serving.bundle import BUNDLE_FORMAT_VERSION, BundleParts, export_bundle, load_bundle
+from serving.embed import Embedder
+from serving.gallery import validated_batch
+from serving.index import INDEX_FORMAT_VERSION, GalleryIndex, embed_into
+
+
+class SearchIndex(VariantParams, DatasetParams, HashedTask):
+    """A bundle of one (variant, seed) and a search index of the test split made with it."""
+
+    outputs = {"bundle": "bundle", "index": "index"}
+
+    def requires(self) -> dict[str, HashedTask]:
+        return {
+            "train": self.clone(Train),
+            "evaluate": self.clone(Evaluate),
+            "split": self.clone(Split),
+            "prepared": self.clone(PrepareDataset),
+            "words": self.clone(TrainWordVectors),
+        }
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "split": "test",
+            "bundle_format": BUNDLE_FORMAT_VERSION,
+            "index_format": INDEX_FORMAT_VERSION,
+            "image_cache_size": self.settings.image_cache_size,
+        }
+
+    def serve_command(self) -> str:
+        return f"crossmodal serve {self.output_path('index').resolve()}"
+
+    def produce(self, work_dir: Path) -> dict[str, Any]:
+        inputs = self.requires()
+        spec = self.variant_spec()
+        parts = BundleParts(
+            variant=self.variant,
+            label=spec["label"],
+            spec=spec,
+            train=self.train_settings(),
+            checkpoint=inputs["train"].output_path("checkpoint"),
+            vocab=inputs["words"].load("vocab"),
+            # TrunkFeatures builds the frozen trunk under the data seed
+            trunk_seed=self.data_seed,
+            image_cache_size=self.settings.image_cache_size,
+            metrics=inputs["evaluate"].load("metrics"),
+            source={
+                "seed": self.seed,
+                "profile": self.profile,
+                "dataset": self.dataset,
+                "train": inputs["train"].signature(),
+            },
+        )
+        bundle_dir = self.work_path(work_dir, "bundle")
+        export_bundle(parts, bundle_dir)
+        bundle = load_bundle(bundle_dir)
+        manifest = inputs["split"].manifest()
+        test = manifest[manifest["split"] == "test"]
+        items = pd.DataFrame(
+            {
+                "item_id": test["pair_id"].astype(str),
+                "path": test["image_path"].astype(str),
+                "text": test["text"].astype(object),
+                "has_image": True,
+            }
+        )
+        pixels = np.asarray(inputs["prepared"].images()[test["cache_row"].to_numpy()])
+        index = GalleryIndex.create(self.work_path(work_dir, "index"), bundle)
+        entry = embed_into(index, Embedder(bundle), validated_batch(items, pixels), "the test split")
+        return {
+            "variant": self.variant,
+            "seed": self.seed,
+            "items": entry["added"],
+            "bundle_id": bundle.bundle_id,
+            "search": {m: index.meta["search"][m]["backend"] for m in ("image", "text")},
+        }

@@ -1,0 +1,269 @@
+"""A model bundle: one folder holding everything needed to embed new images and texts with a trained model.
+
+Layout (``BUNDLE_FORMAT_VERSION`` 1)::
+
+    bundle.json   what the model is: variant, training settings, test metrics, image preprocessing (cache
+                  size, trunk input size, normalisation, backbone, trunk mode, pooled or spatial features),
+                  text encoding (tokenizer, max tokens, vocabulary size), embedding width, file checksums
+    weights.pt    {"model": state dict, "trunk": state dict of the frozen trunk or None}
+    vocab.json    token -> row of the word embedding (rows 0 and 1: padding and unknown)
+
+Why the frozen trunk's weights are copied in: with ``trunk: frozen`` the trained model holds no image trunk
+(it trained on cached features), so a bundle without it could not embed a new photo; copying the weights
+(not rebuilding from ImageNet) also keeps a randomly initialised trunk (offline, no weights) exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from models.backbones import Trunk, build_trunk
+from models.encoders import EncoderConfig
+from models.registry import build_model, model_class
+from models.settings import TrainSettings
+
+BUNDLE_FORMAT = "crossmodal-bundle"
+BUNDLE_FORMAT_VERSION = 1
+MANIFEST_FILE = "bundle.json"
+WEIGHTS_FILE = "weights.pt"
+VOCAB_FILE = "vocab.json"
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be used (missing, corrupt, another format version, or not matching an index)."""
+
+
+@dataclass(frozen=True)
+class BundleParts:
+    """What an export reads from a training run (a run tree or the pipeline's tasks)."""
+
+    variant: str
+    label: str
+    #: the resolved variant: ``model``, ``model_options``, ``losses``, ...
+    spec: dict[str, Any]
+    train: TrainSettings
+    checkpoint: Path
+    vocab: dict[str, int]
+    #: the seed the frozen trunk was built with (TrunkFeatures' data seed: a random init must match)
+    trunk_seed: int
+    #: side of the square thumbnails images were decoded to before the trunk's resize (the image cache)
+    image_cache_size: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Bundle:
+    """A loaded bundle: the model (CPU, eval mode), the frozen trunk (None when the model holds its own),
+    the vocabulary and the manifest."""
+
+    path: Path
+    manifest: dict[str, Any]
+    model: nn.Module
+    trunk: Trunk | None
+    vocab: dict[str, int]
+
+    @property
+    def image(self) -> dict[str, Any]:
+        return self.manifest["image"]
+
+    @property
+    def text(self) -> dict[str, Any]:
+        return self.manifest["text"]
+
+    @property
+    def width(self) -> int:
+        return int(self.manifest["embedding"]["width"])
+
+    @property
+    def bundle_id(self) -> str:
+        return self.manifest["bundle_id"]
+
+    def identity(self) -> dict[str, Any]:
+        """What an index built with this bundle records and checks: vectors of another bundle are not
+        comparable with this model's queries."""
+        return {
+            "bundle_id": self.bundle_id,
+            "label": self.manifest["variant"]["label"],
+            "width": self.width,
+            "per_item": int(self.manifest["embedding"]["per_item"]),
+            "backbone": self.image["backbone"],
+            "trunk": self.image["trunk"],
+        }
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def needs_spatial_features(model_name: str) -> bool:
+    return bool(getattr(model_class(model_name), "needs_spatial_features", False))
+
+
+def encoder_config(manifest: dict[str, Any]) -> EncoderConfig:
+    """The model's sizes from a manifest; ``pretrained=False`` since every weight comes from the bundle."""
+    train, image, text = manifest["train"], manifest["image"], manifest["text"]
+    return EncoderConfig(
+        backbone=image["backbone"],
+        pretrained=False,
+        embed_dim=manifest["embedding"]["width"],
+        word_dim=text["word_dim"],
+        gru_hidden=train["gru_hidden"],
+        vocab_size=text["vocab_size"],
+        trunk=image["trunk"],
+        feature_dim=image["feature_dim"] if image["trunk"] == "frozen" else None,
+    )
+
+
+def _word_embedding_shape(state: dict[str, torch.Tensor]) -> tuple[int, int]:
+    names = [name for name in state if name.startswith("text_encoder.") and name.endswith("embedding.weight")]
+    if len(names) != 1:
+        raise BundleError(f"cannot find the text encoder's word embedding among {sorted(state)[:8]}...")
+    rows, width = state[names[0]].shape
+    return int(rows), int(width)
+
+
+def _embedding_per_item(model: nn.Module) -> int:
+    """K embeddings per item (PVSE: num_embeds; VSE: 1), probed on one padded text."""
+    with torch.no_grad():
+        out = model.encode_text(torch.ones(1, 1, dtype=torch.int64), torch.ones(1, dtype=torch.int64))
+    return 1 if out.dim() == 2 else int(out.shape[1])
+
+
+def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
+    """Write ``parts`` as a bundle folder ``out`` (which must not exist or be empty); returns its manifest.
+
+    The folder is built as ``<out>.partial`` and renamed into place, so a killed export leaves no bundle
+    that looks complete."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not empty; export into a new folder")
+    checkpoint = torch.load(parts.checkpoint, map_location="cpu", weights_only=False)
+    state = checkpoint["model"]
+    vocab_size, word_dim = _word_embedding_shape(state)
+    if vocab_size != len(parts.vocab) + 2:
+        raise BundleError(
+            f"the checkpoint's word embedding has {vocab_size} rows but the vocabulary {len(parts.vocab)} words "
+            "(+2 for padding and unknown): they come from different runs"
+        )
+    t = parts.train
+    spatial = needs_spatial_features(parts.spec["model"])
+    trunk_state, feature_dim, mean, std, pretrained_loaded = None, None, None, None, None
+    if t.trunk == "frozen":
+        # as TrunkFeatures built it: the seed decides a random init when no ImageNet weights are found
+        torch.manual_seed(parts.trunk_seed)
+        trunk = build_trunk(t.backbone, t.pretrained)
+        trunk_state, feature_dim = trunk.state_dict(), trunk.feature_dim
+        mean, std, pretrained_loaded = list(trunk.mean), list(trunk.std), trunk.pretrained_loaded
+    manifest: dict[str, Any] = {
+        "format": BUNDLE_FORMAT,
+        "format_version": BUNDLE_FORMAT_VERSION,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "torch": torch.__version__,
+        "variant": {"name": parts.variant, "label": parts.label, "spec": parts.spec},
+        "train": asdict(t),
+        "metrics": parts.metrics,
+        "checkpoint_epoch": int(checkpoint.get("epoch", -1)),
+        "source": parts.source,
+        "embedding": {"width": t.embed_dim, "per_item": 1},
+        "image": {
+            "backbone": t.backbone,
+            "trunk": t.trunk,
+            "features": "spatial" if spatial else "pooled",
+            "feature_dim": feature_dim,
+            "cache_size": parts.image_cache_size,
+            "image_size": t.image_size,
+            "mean": mean,
+            "std": std,
+            "imagenet_weights_loaded": pretrained_loaded,
+        },
+        "text": {
+            "tokenizer": "models.tokenizer.tokenize",
+            "max_tokens": t.max_text_tokens,
+            "vocab_size": vocab_size,
+            "word_dim": word_dim,
+        },
+    }
+    model = build_model(parts.spec["model"], encoder_config(manifest), None, **parts.spec["model_options"])
+    model.load_state_dict(state)
+    manifest["embedding"]["per_item"] = _embedding_per_item(model.eval())
+
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    torch.save({"model": state, "trunk": trunk_state}, partial / WEIGHTS_FILE)
+    (partial / VOCAB_FILE).write_text(json.dumps(parts.vocab, sort_keys=True))
+    manifest["files"] = {name: sha256_of(partial / name) for name in (WEIGHTS_FILE, VOCAB_FILE)}
+    manifest["bundle_id"] = hashlib.sha256(
+        json.dumps(manifest["files"], sort_keys=True).encode()
+    ).hexdigest()[:16]
+    (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    if out.exists():
+        out.rmdir()
+    os.replace(partial, out)
+    return manifest
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The bundle's manifest, checked for format and version (nothing heavy is loaded)."""
+    path = Path(path)
+    manifest_path = path / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise BundleError(
+            f"{path} is not a model bundle (no {MANIFEST_FILE}); make one with `crossmodal export RUN OUT`"
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise BundleError(
+            f"{manifest_path} is corrupt (not JSON: {error}); export the bundle again"
+        ) from error
+    if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{manifest_path} is not a {BUNDLE_FORMAT} manifest")
+    version = manifest.get("format_version")
+    if version != BUNDLE_FORMAT_VERSION:
+        raise BundleError(
+            f"{path} is bundle format version {version}; this version of crossmodal reads version "
+            f"{BUNDLE_FORMAT_VERSION}. Export the model again with this version (`crossmodal export`)"
+        )
+    return manifest
+
+
+def load_bundle(path: Path) -> Bundle:
+    """Load a bundle onto the CPU in eval mode; a missing, corrupt or other-version bundle raises
+    :class:`BundleError` naming the problem."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    for name, expected in manifest["files"].items():
+        file = path / name
+        if not file.is_file():
+            raise BundleError(f"{path} lacks {name}; the bundle is incomplete, export it again")
+        if sha256_of(file) != expected:
+            raise BundleError(
+                f"{file} is corrupt (its checksum differs from the one recorded at export); export it again"
+            )
+    weights = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+    vocab = json.loads((path / VOCAB_FILE).read_text())
+    spec = manifest["variant"]["spec"]
+    model = build_model(spec["model"], encoder_config(manifest), None, **spec["model_options"])
+    model.load_state_dict(weights["model"])
+    trunk = None
+    if manifest["image"]["trunk"] == "frozen":
+        trunk = build_trunk(manifest["image"]["backbone"], False)
+        trunk.load_state_dict(weights["trunk"])
+        trunk.eval()
+    return Bundle(path=path, manifest=manifest, model=model.eval(), trunk=trunk, vocab=vocab)

@@ -1,0 +1,208 @@
+"""``crossmodal``: export a trained model, index a gallery, search it, serve it (see docs/serving.md).
+
+    crossmodal export RUN_OR_TRAIN_DIR OUT
+    crossmodal index BUNDLE --images DIR | --table pairs.csv --out INDEX
+    crossmodal search INDEX --text "..." | --image PATH [-k 10] [--against image|text] [--json]
+    crossmodal serve INDEX [--host 127.0.0.1 --port 8000]
+
+Errors a user can fix (a missing or corrupt bundle, a bundle that does not match the index, a query the
+model cannot read) print one line and exit with status 2; nothing prints a traceback for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+DEFAULT_MAX_UPLOAD_MB = 10.0
+#: skipped rows printed by ``index``; all of them are in the index's rejects.csv
+LISTED_REJECTS = 20
+
+
+def _export(args: argparse.Namespace) -> None:
+    from serving.bundle import export_bundle
+    from serving.runs import find_train_dir, parts_from_train_dir
+
+    train_dir = find_train_dir(Path(args.source), args.variant, args.seed)
+    manifest = export_bundle(parts_from_train_dir(train_dir), Path(args.out))
+    print(
+        f"Exported {manifest['variant']['label']} (seed {manifest['source']['seed']}, epoch "
+        f"{manifest['checkpoint_epoch']}) from {train_dir} to {args.out}: {manifest['embedding']['width']}-d "
+        f"embeddings, {manifest['image']['backbone']} ({manifest['image']['trunk']} trunk, "
+        f"{manifest['image']['features']} features, {manifest['image']['image_size']} px)"
+    )
+
+
+def _index(args: argparse.Namespace) -> None:
+    import tempfile
+
+    import pandas as pd
+
+    from serving.bundle import load_bundle
+    from serving.embed import Embedder
+    from serving.gallery import folder_manifest, read_gallery, table_manifest
+    from serving.index import INDEX_FILE, GalleryIndex, embed_into
+
+    bundle = load_bundle(Path(args.bundle))
+    out = Path(args.out)
+    if (out / INDEX_FILE).exists():
+        index = GalleryIndex.open(out)
+        index.check_bundle(bundle)
+    else:
+        index = GalleryIndex.create(out, bundle)
+    manifests, sources = [], []
+    with tempfile.TemporaryDirectory(prefix="crossmodal-table-") as tmp:
+        if args.images:
+            manifests.append(folder_manifest(Path(args.images)))
+            sources.append(f"images {args.images}")
+        if args.table:
+            manifests.append(table_manifest(Path(args.table), Path(tmp)))
+            sources.append(f"table {args.table}")
+    batch = read_gallery(
+        pd.concat(manifests, ignore_index=True), int(bundle.image["cache_size"]), set(index.position_of)
+    )
+    entry = embed_into(index, Embedder(bundle), batch, ", ".join(sources), progress=True)
+    search = index.meta["search"]
+    print(
+        f"Indexed {entry['added']} new items ({entry['n_images']} images, {entry['n_texts']} texts) into {out}; "
+        f"it now holds {len(index.items)} items."
+    )
+    if len(batch.rejects):
+        reasons = ", ".join(f"{reason}={n}" for reason, n in entry["rejects_by_reason"].items())
+        print(f"Skipped {len(batch.rejects)} ({reasons}):")
+        for row in batch.rejects.head(LISTED_REJECTS).itertuples():
+            print(f"  {row.pair_id}: {row.reason} ({row.detail})")
+        if len(batch.rejects) > LISTED_REJECTS:
+            print(f"  ... and {len(batch.rejects) - LISTED_REJECTS} more")
+        print(f"Every skipped row (this and earlier runs): {out / 'rejects.csv'}")
+    for modality in ("image", "text"):
+        settings = search[modality]
+        why = "at or below" if settings["backend"] == "exact" else "above"
+        print(
+            f"{modality} search: {settings['backend']} ({settings['vectors']} vectors, {why} the measured "
+            f"crossover of {settings['exact_up_to']}; benchmarks/bench_search.py)"
+        )
+
+
+def _search(args: argparse.Namespace) -> None:
+    from serving.search import Searcher
+
+    searcher = Searcher.open(Path(args.index), Path(args.bundle) if args.bundle else None)
+    if args.text is not None:
+        hits = searcher.by_text(args.text, args.k, args.against or "image")
+    else:
+        hits = searcher.by_image_file(Path(args.image), args.k, args.against or "text")
+    if args.json:
+        print(json.dumps({"results": [hit.as_dict() for hit in hits]}, indent=2))
+        return
+    for hit in hits:
+        text = (hit.text or "").replace("\n", " ")
+        print(f"{hit.rank:>3}  {hit.score:+.4f}  {hit.item_id}  {text[:100]}")
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import torch
+    import uvicorn
+
+    from serving.api import ServeSettings, create_app
+    from serving.search import Searcher
+
+    # requests are embedded in parallel threads (FastAPI's pool): one core each instead of every request
+    # fanning out over all cores
+    torch.set_num_threads(1)
+    searcher = Searcher.open(Path(args.index), Path(args.bundle) if args.bundle else None)
+    settings = ServeSettings(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024))
+    summary = searcher.summary()
+    print(
+        f"Serving {summary['items']} items of {args.index} with {summary['model']} on "
+        f"http://{args.host}:{args.port}/",
+        flush=True,
+    )
+    uvicorn.run(create_app(searcher, settings), host=args.host, port=args.port, log_level=args.log_level)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="crossmodal", description=__doc__.split("\n\n")[0])
+    commands = top.add_subparsers(dest="command", required=True)
+
+    export = commands.add_parser("export", help="write a self-contained model bundle")
+    export.add_argument("source", help="a run root (runs/) or one Train output folder (runs/Train/<hash>)")
+    export.add_argument("out", help="the bundle folder to create")
+    export.add_argument(
+        "--variant", help="in a run root: the variant (default: the report's headline method)"
+    )
+    export.add_argument("--seed", type=int, help="in a run root: the training seed (default: the lowest)")
+    export.set_defaults(run=_export)
+
+    index = commands.add_parser("index", help="embed a gallery into a new or existing index")
+    index.add_argument("bundle")
+    index.add_argument("--images", help="a folder of images (image-only items, id = relative path)")
+    index.add_argument("--table", help="a table of the pairs recipe's format (csv, jsonl, parquet)")
+    index.add_argument("--out", required=True, help="the index folder; an existing index grows")
+    index.set_defaults(run=_index)
+
+    search = commands.add_parser("search", help="the top k items for a text or an image")
+    search.add_argument("index")
+    query = search.add_mutually_exclusive_group(required=True)
+    query.add_argument("--text")
+    query.add_argument("--image")
+    search.add_argument("-k", type=int, default=10)
+    search.add_argument(
+        "--against",
+        choices=["image", "text"],
+        help="rank the items' images or texts (default: the other modality)",
+    )
+    search.add_argument("--json", action="store_true", help="print JSON")
+    search.add_argument("--bundle", help="the bundle (default: the one the index was built with)")
+    search.set_defaults(run=_search)
+
+    serve = commands.add_parser("serve", help="JSON API and web page")
+    serve.add_argument("index")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--bundle", help="the bundle (default: the one the index was built with)")
+    serve.add_argument(
+        "--max-upload-mb", type=float, default=DEFAULT_MAX_UPLOAD_MB, help="largest image upload"
+    )
+    serve.add_argument("--log-level", default="warning")
+    serve.set_defaults(run=_serve)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # One BLAS thread (set before numpy loads): exact search is memory-bound, so a second thread gains little
+    # (34 -> 30 ms at 1M vectors) while its spinning steals the core torch needs for the next query's
+    # embedding (text p99 1.7 -> 9.6 ms, more under load; benchmarks/bench_search.py)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    args = parser().parse_args(argv)
+    if args.command == "index" and not (args.images or args.table):
+        parser().error("index needs --images DIR and/or --table FILE")
+    from data_recipes.manifest import ManifestError
+    from data_recipes.validate import ImageRejected
+    from serving.bundle import BundleError
+    from serving.embed import QueryError
+    from serving.index import GalleryIndexError
+
+    try:
+        args.run(args)
+    except (
+        BundleError,
+        GalleryIndexError,
+        QueryError,
+        ImageRejected,
+        ManifestError,
+        FileNotFoundError,
+        FileExistsError,
+    ) as error:
+        print(f"crossmodal {args.command}: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""What ``crossmodal export`` reads from a run tree (``runs/<Task>/<signature>/_meta.json`` beside each output),
+without importing the pipeline: the files are the interface.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from models.settings import TrainSettings
+from serving.bundle import BundleError, BundleParts
+
+META_FILE = "_meta.json"
+
+
+def _meta(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / META_FILE).read_text())
+
+
+def _tail(path: str | Path) -> tuple[str, str]:
+    """``(task family, signature)`` of an output folder, however its run root was spelled."""
+    parts = Path(path).parts
+    return parts[-2], parts[-1]
+
+
+def _sibling(run_root: Path, recorded: str) -> Path:
+    family, signature = _tail(recorded)
+    return run_root / family / signature
+
+
+def find_train_dir(source: Path, variant: str | None = None, seed: int | None = None) -> Path:
+    """``source`` itself when it is a Train output; in a run root, the Train of ``variant`` (default: the
+    newest report's headline method) with ``seed`` (default: its lowest), the newest when several match."""
+    source = Path(source)
+    if (source / META_FILE).is_file():
+        if _meta(source).get("task") != "Train":
+            raise BundleError(
+                f"{source} is a {_meta(source).get('task')} output; give a Train output or a run root"
+            )
+        return source
+    if not (source / "Train").is_dir():
+        raise BundleError(
+            f"{source} is neither a Train output (no {META_FILE}) nor a run root (no Train/ folder)"
+        )
+    if variant is None:
+        reports = sorted(
+            (source / "Report").glob(f"*/{META_FILE}"), key=lambda p: _meta(p.parent)["finished_at"]
+        )
+        if not reports:
+            raise BundleError(
+                f"{source} holds no finished Report to take the headline method from; pass --variant"
+            )
+        variant = _meta(reports[-1].parent)["config"]["headline"]["method"]
+    trains = [p.parent for p in (source / "Train").glob(f"*/{META_FILE}")]
+    trains = [t for t in trains if _meta(t)["params"]["variant"] == variant]
+    if seed is not None:
+        trains = [t for t in trains if _meta(t)["config"]["seed"] == seed]
+    if not trains:
+        raise BundleError(
+            f"{source} holds no finished Train of variant {variant!r}"
+            + (f" seed {seed}" if seed is not None else "")
+        )
+    lowest = min(_meta(t)["config"]["seed"] for t in trains)
+    trains = sorted(
+        (t for t in trains if _meta(t)["config"]["seed"] == lowest), key=lambda t: _meta(t)["finished_at"]
+    )
+    if len(trains) > 1:
+        print(
+            f"{len(trains)} Train outputs of {variant} seed {lowest} (ablations?); exporting the newest, {trains[-1]}",
+            file=sys.stderr,
+        )
+    return trains[-1]
+
+
+def parts_from_train_dir(train_dir: Path) -> BundleParts:
+    """A Train output's checkpoint, settings and vocabulary, and the test metrics of its Evaluate (if run)."""
+    train_dir = Path(train_dir)
+    run_root = train_dir.parent.parent
+    meta = _meta(train_dir)
+    upstream = meta["upstream"]
+    words = _sibling(run_root, upstream["TrainWordVectors"])
+    prepared = _meta(_sibling(run_root, upstream["PrepareDataset"]))
+    metrics: dict[str, Any] = {}
+    for path in (run_root / "Evaluate").glob(f"*/{META_FILE}"):
+        evaluation = _meta(path.parent)
+        if _tail(evaluation["upstream"]["Train"]) == _tail(train_dir):
+            metrics = json.loads((path.parent / "metrics.json").read_text())
+            break
+    spec = meta["config"]["variant"]
+    return BundleParts(
+        variant=meta["params"]["variant"],
+        label=metrics.get("label", meta["params"]["variant"]),
+        spec=spec,
+        train=TrainSettings(**meta["config"]["train"]),
+        checkpoint=train_dir / "model_best.pt",
+        vocab=json.loads((words / "vocab.json").read_text()),
+        trunk_seed=int(meta["params"]["data_seed"]),
+        image_cache_size=int(prepared["summary"]["image_cache"]["image_size"]),
+        metrics=metrics,
+        source={
+            "train_dir": str(train_dir.resolve()),
+            "seed": meta["config"]["seed"],
+            "profile": meta["params"]["profile"],
+            "dataset": meta["params"]["dataset"],
+        },
+    )

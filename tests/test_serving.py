@@ -1,0 +1,447 @@
+"""Using a trained model (issue 14): the smoke FullRun's bundle and test-split index, the ``crossmodal`` command
+line, and ``crossmodal serve`` started as a real server on a free port, queried over HTTP and loaded in a
+headless chromium.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import luigi
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from pipeline import Evaluate, Train
+from serving.bundle import BundleError, load_bundle
+from serving.cli import main
+from serving.embed import Embedder
+from serving.gallery import read_gallery, table_manifest
+from serving.index import GalleryIndex, embed_into
+from serving.search import Searcher
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+QUERY = "protest over the unemployment rate in texas"
+
+
+class Done:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def crossmodal(*args: str, check: bool = True) -> Done:
+    """The ``crossmodal`` console script's entry function, in this process (loading torch once for every
+    call); the server tests run it as a separate process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+    done = Done(code, out.getvalue(), err.getvalue())
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def pipeline_index(smoke_run):
+    """The SearchIndex task of the smoke FullRun (the headline method's first seed)."""
+    task, result, _, _ = smoke_run
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS, result.summary_text
+    search_index = task.requires().search_index()
+    assert search_index.complete()
+    return search_index
+
+
+@pytest.fixture(scope="module")
+def gallery(tmp_path_factory, pipeline_index):
+    """Test-split photos as files and a pairs table over them, with a non-image, a truncated photo, a missing
+    file and a text-only row."""
+    folder = tmp_path_factory.mktemp("gallery")
+    manifest = pipeline_index.requires()["split"].manifest()
+    test = manifest[manifest["split"] == "test"].head(24)
+    images = pipeline_index.requires()["prepared"].images()
+    rows = []
+    for pair_id, row, text in zip(test["pair_id"], test["cache_row"], test["text"], strict=True):
+        Image.fromarray(np.asarray(images[row])).save(folder / f"{pair_id}.png")
+        rows.append({"pair_id": pair_id, "image_path": f"{pair_id}.png", "text": text})
+    (folder / "notes.txt").write_text("not a photo")
+    whole = (folder / f"{test['pair_id'].iloc[0]}.png").read_bytes()
+    (folder / "cut.png").write_bytes(whole[: len(whole) // 2])
+    rows += [
+        {"pair_id": "html", "image_path": "notes.txt", "text": "a caption whose image is a text file"},
+        {"pair_id": "cut", "image_path": "cut.png", "text": "a caption whose image was cut off"},
+        {"pair_id": "gone", "image_path": "nowhere.png", "text": "a caption whose image is missing"},
+        {
+            "pair_id": "words",
+            "image_path": "",
+            "text": "an article on the unemployment rate, without a photo",
+        },
+    ]
+    pd.DataFrame(rows).to_csv(folder / "pairs.csv", index=False)
+    return folder, test
+
+
+# ----------------------------------------------------------------------------------------- bundle
+
+
+def test_bundle_embeds_the_test_split_exactly_as_evaluate_did(pipeline_index):
+    """The exported bundle (trunk included) embeds pixels and words into Evaluate's test embeddings."""
+    bundle = load_bundle(pipeline_index.output_path("bundle"))
+    evaluate = pipeline_index.requires()["evaluate"]
+    manifest = pipeline_index.requires()["split"].manifest()
+    rows = evaluate.load("test_rows")
+    test = manifest.iloc[rows]
+    embedder = Embedder(bundle)
+    images = embedder.embed_pixels(
+        pipeline_index.requires()["prepared"].images()[test["cache_row"].to_numpy()]
+    )
+    texts = embedder.embed_texts(test["text"].tolist())
+    np.testing.assert_allclose(images[:, 0], evaluate.load("test_image"), atol=1e-4)
+    np.testing.assert_allclose(texts[:, 0], evaluate.load("test_text"), atol=1e-5)
+    image = bundle.manifest["image"]
+    assert (image["backbone"], image["trunk"], image["features"], image["image_size"]) == (
+        "efficientnet_lite0",
+        "frozen",
+        "pooled",
+        32,
+    )
+    manifest = bundle.manifest
+    assert manifest["metrics"]["n_test"] == len(rows) and manifest["variant"]["label"] == "Ours"
+    index = GalleryIndex.open(pipeline_index.output_path("index"))
+    assert len(index.items) == len(rows) and index.meta["search"]["image"]["backend"] == "exact"
+
+
+def test_a_pvse_bundle_keeps_its_spatial_trunk_and_k_embeddings(tmp_path, pipeline_index):
+    """PVSE attends over the trunk's map (cached in half precision) and gives K embeddings per item: its bundle
+    embeds the test split into its Evaluate's [N, K, D] embeddings too."""
+    pvse = pipeline_index.clone(Train, variant="pvse")
+    crossmodal("export", str(pvse.output_dir()), str(tmp_path / "pvse"))
+    bundle = load_bundle(tmp_path / "pvse")
+    assert bundle.image["features"] == "spatial" and bundle.manifest["embedding"]["per_item"] == 2
+    evaluate = pipeline_index.clone(Evaluate, variant="pvse")
+    test = pipeline_index.requires()["split"].manifest().iloc[evaluate.load("test_rows")]
+    embedder = Embedder(bundle)
+    images = embedder.embed_pixels(
+        pipeline_index.requires()["prepared"].images()[test["cache_row"].to_numpy()]
+    )
+    np.testing.assert_allclose(images, evaluate.load("test_image"), atol=1e-3)
+    np.testing.assert_allclose(
+        embedder.embed_texts(test["text"].tolist()), evaluate.load("test_text"), atol=1e-5
+    )
+
+
+def test_export_cli_writes_the_pipelines_bundle_and_refuses_a_broken_one(tmp_path, pipeline_index):
+    train_dir = pipeline_index.requires()["train"].output_dir()
+    done = crossmodal("export", str(train_dir), str(tmp_path / "bundle"))
+    assert "Exported Ours (seed 0" in done.stdout
+    exported = json.loads((tmp_path / "bundle" / "bundle.json").read_text())
+    assert exported["bundle_id"] == load_bundle(pipeline_index.output_path("bundle")).bundle_id
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(tmp_path / "bundle", corrupt)
+    weights = bytearray((corrupt / "weights.pt").read_bytes())
+    weights[len(weights) // 2] ^= 0xFF
+    (corrupt / "weights.pt").write_bytes(bytes(weights))
+    with pytest.raises(BundleError, match="weights.pt is corrupt"):
+        load_bundle(corrupt)
+
+    other_version = tmp_path / "other_version"
+    shutil.copytree(tmp_path / "bundle", other_version)
+    manifest = json.loads((other_version / "bundle.json").read_text())
+    (other_version / "bundle.json").write_text(json.dumps({**manifest, "format_version": 99}))
+    failed = crossmodal(
+        "index", str(other_version), "--images", str(tmp_path), "--out", str(tmp_path / "i"), check=False
+    )
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert "bundle format version 99; this version of crossmodal reads version 1" in failed.stderr
+    failed = crossmodal("export", str(tmp_path), str(tmp_path / "again"), check=False)
+    assert failed.returncode == 2 and "neither a Train output" in failed.stderr
+
+
+# ----------------------------------------------------------------------------------------- index
+
+
+def test_index_skips_and_lists_bad_images_and_grows_without_reembedding(tmp_path, pipeline_index, gallery):
+    folder, test = gallery
+    bundle = str(pipeline_index.output_path("bundle"))
+    out = tmp_path / "index"
+    done = crossmodal("index", bundle, "--table", str(folder / "pairs.csv"), "--out", str(out))
+    assert f"Indexed {len(test) + 1} new items ({len(test)} images, {len(test) + 1} texts)" in done.stdout
+    assert "html: not_an_image" in done.stdout and "cut: truncated_image" in done.stdout
+    assert "gone: missing_image" in done.stdout
+    assert "image search: exact" in done.stdout
+    first = GalleryIndex.open(out)
+    old_images = first.vectors["image"].copy()
+
+    done = crossmodal("index", bundle, "--images", str(folder), "--out", str(out))
+    grown = GalleryIndex.open(out)
+    # the folder's photos are new image-only items; its text and cut files are rejected as in the pipeline
+    assert f"Indexed {len(test)} new items ({len(test)} images, 0 texts)" in done.stdout
+    assert "notes.txt: not_an_image" in done.stdout and "cut.png: truncated_image" in done.stdout
+    assert len(grown.items) == len(first.items) + len(test)
+    assert np.array_equal(grown.vectors["image"][: len(old_images)], old_images), (
+        "old items kept as they were"
+    )
+    assert [entry["added"] for entry in grown.meta["history"]] == [len(test) + 1, len(test)]
+    # a photo file and its table row are the same picture: the same embedding
+    by_id = grown.items.set_index("item_id")
+    pair_id = test["pair_id"].iloc[3]
+    np.testing.assert_array_equal(
+        grown.vectors["image"][by_id.at[pair_id, "image_row"]],
+        grown.vectors["image"][by_id.at[f"{pair_id}.png", "image_row"]],
+    )
+    again = crossmodal("index", bundle, "--images", str(folder), "--out", str(out))
+    assert "Indexed 0 new items" in again.stdout and "duplicate_pair_id" in again.stdout
+
+
+def test_an_index_above_the_crossover_searches_with_annoy_and_finds_the_same_items(
+    tmp_path, pipeline_index, gallery
+):
+    folder, _ = gallery
+    bundle = load_bundle(pipeline_index.output_path("bundle"))
+    found = {}
+    for name, exact_up_to in (("exact", 10_000), ("annoy", 5)):
+        index = GalleryIndex.create(tmp_path / name, bundle, exact_up_to=exact_up_to)
+        batch = read_gallery(table_manifest(folder / "pairs.csv", tmp_path), int(bundle.image["cache_size"]))
+        embed_into(index, Embedder(bundle), batch, "the gallery table")
+        reopened = GalleryIndex.open(tmp_path / name)
+        assert reopened.meta["search"]["image"]["backend"] == name
+        assert (tmp_path / name / "image.ann").exists() == (name == "annoy")
+        found[name] = [hit.item_id for hit in Searcher(reopened, bundle).by_text(QUERY, 8)]
+    assert found["annoy"] == found["exact"]
+
+
+def test_search_cli_finds_a_photo_by_its_own_caption_and_reads_bad_queries(pipeline_index, gallery):
+    index = str(pipeline_index.output_path("index"))
+    searcher = Searcher.open(Path(index))
+    as_json = json.loads(crossmodal("search", index, "--text", QUERY, "-k", "5", "--json").stdout)["results"]
+    assert [hit["rank"] for hit in as_json] == [1, 2, 3, 4, 5]
+    assert [hit["item_id"] for hit in as_json] == [hit.item_id for hit in searcher.by_text(QUERY, 5)]
+    scores = [hit["score"] for hit in as_json]
+    assert scores == sorted(scores, reverse=True)
+    plain = crossmodal("search", index, "--text", QUERY, "-k", "5").stdout.splitlines()
+    assert [line.split()[2] for line in plain] == [hit["item_id"] for hit in as_json]
+    folder, test = gallery
+    photo = folder / f"{test['pair_id'].iloc[0]}.png"
+    by_image = json.loads(
+        crossmodal("search", index, "--image", str(photo), "--against", "image", "--json").stdout
+    )
+    assert by_image["results"][0]["item_id"] == test["pair_id"].iloc[0]
+    assert by_image["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)
+    unknown = crossmodal("search", index, "--text", "qqqq zzzz", check=False)
+    assert (
+        unknown.returncode == 2 and "none of the words" in unknown.stderr and "vocabulary" in unknown.stderr
+    )
+
+
+# ----------------------------------------------------------------------------------------- server
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+MAX_UPLOAD_MB = 0.05
+
+
+@pytest.fixture(scope="module")
+def server(pipeline_index):
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    index = str(pipeline_index.output_path("index"))
+    command = [
+        "-m",
+        "serving.cli",
+        "serve",
+        index,
+        "--port",
+        str(port),
+        "--max-upload-mb",
+        str(MAX_UPLOAD_MB),
+    ]
+    process = subprocess.Popen(
+        [sys.executable, *command], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited: {process.stdout.read()}")
+        try:
+            httpx.get(f"{base}/api/health", timeout=2).raise_for_status()
+            break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    else:
+        process.kill()
+        raise RuntimeError("the server did not answer within 120 s")
+    yield base, index
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_api_answers_as_the_cli_does(server, gallery):
+    base, index = server
+    api = httpx.get(f"{base}/api/search/text", params={"q": QUERY, "k": 7}).json()["results"]
+    cli = json.loads(crossmodal("search", index, "--text", QUERY, "-k", "7", "--json").stdout)["results"]
+    assert api == cli
+    folder, test = gallery
+    photo = folder / f"{test['pair_id'].iloc[2]}.png"
+    with open(photo, "rb") as handle:
+        uploaded = httpx.post(
+            f"{base}/api/search/image", params={"k": 4}, files={"file": ("p.png", handle, "image/png")}
+        )
+    assert uploaded.status_code == 200
+    cli = json.loads(crossmodal("search", index, "--image", str(photo), "-k", "4", "--json").stdout)[
+        "results"
+    ]
+    assert uploaded.json()["results"] == cli
+    item = test["pair_id"].iloc[2]
+    similar = httpx.get(f"{base}/api/search/item", params={"id": item, "against": "image"}).json()["results"]
+    assert len(similar) == 10 and item not in [hit["item_id"] for hit in similar]
+    thumbnail = httpx.get(f"{base}/api/items/thumbnail", params={"id": item})
+    assert thumbnail.headers["content-type"] == "image/png"
+    assert Image.open(io.BytesIO(thumbnail.content)).size == (32, 32)
+    health = httpx.get(f"{base}/api/health").json()
+    n_test = len(indexed_items(server))
+    assert (health["status"], health["items"], health["images"], health["texts"]) == (
+        "ok",
+        n_test,
+        n_test,
+        n_test,
+    )
+
+
+def indexed_items(server) -> pd.DataFrame:
+    _, index = server
+    return GalleryIndex.open(Path(index)).items
+
+
+def _truncated_png(folder: Path) -> bytes:
+    data = next(folder.glob("*.png")).read_bytes()
+    return data[: len(data) // 2]
+
+
+def _noise_png(side: int) -> bytes:
+    buffer = io.BytesIO()
+    pixels = np.random.default_rng(0).integers(0, 255, (side, side, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_bad_input_gets_a_4xx_with_a_json_message_and_the_server_keeps_answering(server, gallery):
+    base, _ = server
+    folder, _ = gallery
+    text = f"{base}/api/search/text"
+    upload = f"{base}/api/search/image"
+    large = _noise_png(200)
+    assert len(large) > MAX_UPLOAD_MB * 1024 * 1024
+    cases = [
+        (httpx.get(text, params={"q": ""}), 400, "empty_text"),
+        (httpx.get(text, params={"q": "   \t "}), 400, "empty_text"),
+        (httpx.get(text, params={"q": "!!! ???"}), 400, "no_words"),
+        (httpx.get(text, params={"q": "qqqq zzzz"}), 400, "no_known_word"),
+        (httpx.get(text, params={"q": QUERY, "k": 0}), 422, "invalid_request"),
+        (httpx.post(upload, files={"file": ("a.png", b"<html>no</html>", "image/png")}), 422, "not_an_image"),
+        (
+            httpx.post(upload, files={"file": ("t.png", _truncated_png(folder), "image/png")}),
+            422,
+            "truncated_image",
+        ),
+        (httpx.post(upload, files={"file": ("big.png", large, "image/png")}), 413, "too_large"),
+        (httpx.post(upload, data={"other": "x"}), 400, "no_file"),
+        (httpx.get(f"{base}/api/search/item", params={"id": "no-such-item"}), 404, "unknown_item"),
+        (httpx.get(f"{base}/api/items/thumbnail", params={"id": "no-such-item"}), 404, "unknown_item"),
+        (httpx.post(f"{base}/api/search/vector", json={"vector": [0.1] * 64}), 400, "width_mismatch"),
+    ]
+    for response, status, reason in cases:
+        assert (response.status_code, response.json()["reason"]) == (status, reason), response.text
+        assert response.json()["error"]
+    assert "vocabulary" in cases[3][0].json()["error"]
+    assert httpx.get(f"{base}/api/health").json()["status"] == "ok"
+    assert httpx.get(text, params={"q": QUERY}).status_code == 200
+
+
+def test_fifty_concurrent_requests_are_all_answered(server):
+    base, _ = server
+    expected = httpx.get(f"{base}/api/search/text", params={"q": QUERY, "k": 5}).json()
+
+    def ask(i: int) -> tuple[int, dict]:
+        url = f"{base}/api/search/text?" + urllib.parse.urlencode({"q": QUERY, "k": 5})
+        with urllib.request.urlopen(url, timeout=120) as response:
+            return response.status, json.loads(response.read())
+
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        answers = list(pool.map(ask, range(50)))
+    assert [status for status, _ in answers] == [200] * 50
+    assert all(payload == expected for _, payload in answers)
+
+
+def test_a_bundle_that_does_not_match_the_index_is_refused(tmp_path, pipeline_index, server):
+    _, index = server
+    other = tmp_path / "other_bundle"
+    baseline_train = pipeline_index.clone(Train, variant="ang_np_sym")
+    crossmodal("export", str(baseline_train.output_dir()), str(other))
+    refused = crossmodal("search", index, "--text", QUERY, "--bundle", str(other), check=False)
+    assert refused.returncode == 2 and "is not the one index" in refused.stderr
+    wider = tmp_path / "wider_index"
+    shutil.copytree(index, wider)
+    meta = json.loads((wider / "index.json").read_text())
+    meta["bundle"].update({"width": 64, "bundle_id": "another", "backbone": "resnet50"})
+    meta["bundle_path"] = str(pipeline_index.output_path("bundle"))
+    (wider / "index.json").write_text(json.dumps(meta))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    serve = [sys.executable, "-m", "serving.cli", "serve", str(wider), "--port", str(free_port())]
+    refused = subprocess.run(serve, capture_output=True, text=True, env=env, timeout=300)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "width 64 != 32" in refused.stderr and "backbone resnet50 != efficientnet_lite0" in refused.stderr
+
+
+def test_the_page_shows_result_thumbnails_in_a_headless_browser(server):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing on CI; .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium); CI installs it and runs this test")
+    base, _ = server
+    top = httpx.get(f"{base}/api/search/text", params={"q": QUERY, "k": 10}).json()["results"]
+    url = f"{base}/?" + urllib.parse.urlencode({"q": QUERY})
+    dom = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    thumbnails = [part.split('"')[0] for part in dom.split('<img class="thumb" src="')[1:]]
+    expected = ["/api/items/thumbnail?id=" + urllib.parse.quote(hit["item_id"], safe="") for hit in top]
+    assert thumbnails == expected, dom[:2000]
+    assert "10 results for" in dom
