@@ -115,6 +115,8 @@ def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> Fas
         against: str = Query("text", pattern="^(image|text)$"),
     ) -> dict[str, Any]:
         declared = request.headers.get("content-length")
+        if declared is not None and not declared.isdigit():
+            raise ApiError(400, "bad_content_length", f"Content-Length {declared!r} is not a byte count")
         if declared is not None and int(declared) > settings.max_upload_bytes + MULTIPART_OVERHEAD:
             raise ApiError(413, "too_large", _too_large(int(declared), settings.max_upload_bytes))
         form = await request.form(max_files=1, max_fields=4)
