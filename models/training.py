@@ -559,7 +559,7 @@ class Trainer:
                 self.loader(self._epoch_plans(), self._plan_batch),
                 total=self.sampler.batches_per_epoch,
                 desc=f"epoch {epoch}/{self.settings.epochs}",
-                disable=self.progress is False or None or not main,
+                disable=True if self.progress is False or not main else None,  # None: only on a terminal
                 leave=False,
             )
             for index, (plan, loaded) in enumerate(bar):
