@@ -75,6 +75,17 @@ def normalised_pixels(images: Tensor, mean: Tensor, std: Tensor) -> Tensor:
     return (images - mean) / std
 
 
+def frozen_trunk_features(
+    trunk: nn.Module, pixels: Tensor, mean: Tensor, std: Tensor, spatial: bool
+) -> Tensor:
+    """What a frozen-trunk model takes for uint8 ``[B, S, S, 3]`` pixels (already at the trunk's input size):
+    the trunk's feature map in half precision when ``spatial`` (PVSE attends over its cells), else its
+    spatial mean ``float32 [B, C]`` — the form the ``TrunkFeatures`` cache stores and the bundle computes."""
+    # channels_last: measured 1.4-2.3x faster EfficientNet-Lite0 inference on CPU (same numbers)
+    feature_map = trunk(normalised_pixels(pixels, mean, std).contiguous(memory_format=torch.channels_last))
+    return feature_map.half() if spatial else feature_map.mean(dim=(2, 3))
+
+
 class ImageEncoder(nn.Module):
     """Image trunk -> global average pool -> linear -> L2 norm.
 

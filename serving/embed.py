@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from data_recipes.image_cache import centre_square
 from data_recipes.validate import DEFAULT_MAX_PIXELS, load_image_rgb
-from models.encoders import normalised_pixels, resize_batch
+from models.encoders import frozen_trunk_features, resize_batch
 from models.tokenizer import encode_texts, tokenize
 from serving.bundle import Bundle
 
@@ -111,10 +111,8 @@ class Embedder:
             if self.bundle.trunk is None:  # the model holds its trunk and normalises pixels itself
                 out.append(_per_item(self.bundle.model.encode_image(batch)))
                 continue
-            feature_map = self.bundle.trunk(normalised_pixels(batch, self.mean, self.std))
-            # the cached features the model trained on: the map in half precision (PVSE), else its mean
-            features = feature_map.half().float() if self.spatial else feature_map.mean(dim=(2, 3))
-            out.append(_per_item(self.bundle.model.encode_image(features)))
+            features = frozen_trunk_features(self.bundle.trunk, batch, self.mean, self.std, self.spatial)
+            out.append(_per_item(self.bundle.model.encode_image(features.float())))
         return np.concatenate(out) if out else self.empty()
 
     def empty(self) -> np.ndarray:

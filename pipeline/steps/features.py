@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from models.backbones import build_trunk
-from models.encoders import normalised_pixels, resize_batch
+from models.encoders import frozen_trunk_features, resize_batch
 from models.loader import LoaderSettings, prefetched
 
 
@@ -29,7 +29,7 @@ def trunk_features(
     Also returns whether ImageNet weights were loaded (otherwise: the seeded random init, with a warning).
     """
     torch.manual_seed(seed)
-    # channels_last: measured 1.4-2.3x faster EfficientNet-Lite0 inference on CPU (same numbers)
+    # weights channels_last too (frozen_trunk_features feeds channels_last input)
     trunk = build_trunk(backbone, pretrained).to(device, memory_format=torch.channels_last).eval()
     mean = torch.tensor(trunk.mean, device=device).view(1, 3, 1, 1)
     std = torch.tensor(trunk.std, device=device).view(1, 3, 1, 1)
@@ -44,8 +44,6 @@ def trunk_features(
     row_chunks = (np.arange(start, min(start + batch_size, len(images))) for start in starts)
     chunks = []
     for _, batch in prefetched(row_chunks, host_batch, loading.num_workers, loading.prefetch_batches):
-        pixels = normalised_pixels(batch.to(device, non_blocking=loading.pin_memory), mean, std)
-        feature_map = trunk(pixels.contiguous(memory_format=torch.channels_last))
-        chunk = feature_map.half() if spatial else feature_map.mean(dim=(2, 3))
-        chunks.append(chunk.cpu().numpy())
+        pixels = batch.to(device, non_blocking=loading.pin_memory)
+        chunks.append(frozen_trunk_features(trunk, pixels, mean, std, spatial).cpu().numpy())
     return np.concatenate(chunks), trunk.pretrained_loaded
