@@ -64,18 +64,16 @@ def check_gpu_fit(profile: str, variants: Iterable[str], overrides: Mapping[str,
     import luigi
     import torch
 
-    from pipeline.profiles import PROFILES
+    from pipeline.profiles import PROFILES, variant_train_settings
     from pipeline.variants import resolve_variant
 
     if not torch.cuda.is_available():
         return
     settings = PROFILES[profile]
     processes = {
-        name: int(
-            resolve_variant(name, dict(overrides.get(name, {})), settings.loss_defaults)
-            .get("train", {})
-            .get("nproc_per_node", settings.train.nproc_per_node)
-        )
+        name: variant_train_settings(
+            settings.train, resolve_variant(name, dict(overrides.get(name, {})), settings.loss_defaults)
+        ).nproc_per_node
         for name in variants
     }
     scheduler_gpus = luigi.configuration.get_config().getint("resources", "gpu", 1)

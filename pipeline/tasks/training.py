@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from models.registry import build_model, model_class
 from models.settings import significant_settings
 from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer, pick_device
 from pipeline.base import HashedTask
-from pipeline.profiles import TrainSettings
+from pipeline.profiles import TrainSettings, variant_train_settings
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.data import PrepareDataset, Split, integer_group_ids
 from pipeline.tasks.params import DatasetParams
@@ -51,13 +50,7 @@ class VariantParams:
 
     def train_settings(self) -> TrainSettings:
         """The profile's training settings with this variant's ``train`` overrides applied."""
-        overrides = self.variant_spec().get("train", {})
-        unknown = set(overrides) - {f.name for f in fields(TrainSettings)}
-        if unknown:
-            raise KeyError(
-                f"unknown training settings {sorted(unknown)}; see TrainSettings in pipeline/profiles.py"
-            )
-        return replace(self.settings.train, **overrides)
+        return variant_train_settings(self.settings.train, self.variant_spec())
 
 
 def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[PairData, pd.DataFrame]:
