@@ -19,6 +19,7 @@ from typing import Any
 
 from models.settings import TrainSettings
 from pipeline.base import HashedTask
+from pipeline.io import read_json
 
 logger = logging.getLogger("luigi-interface")
 
@@ -94,6 +95,6 @@ def run_with_torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings)
             f"torchrun exited with status {completed.returncode} ({shlex.join(command)}); the checkpoints in "
             f"{work_dir} are kept and a rerun resumes from them"
         )
-    summary = json.loads(summary_path.read_text())
+    summary = read_json(summary_path)
     summary_path.unlink()
     return summary

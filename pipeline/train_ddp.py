@@ -18,6 +18,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from models.distributed import init_from_environment
+from pipeline.io import write_json
 from pipeline.tasks.training import Train
 from pipeline.torchrun_launch import SUMMARY_FILE
 
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     task = Train.from_str_params(json.loads(args.task))
     summary = task.train_in(Path(args.work_dir), distributed)
     if distributed.is_main:
-        (Path(args.work_dir) / SUMMARY_FILE).write_text(json.dumps(summary))
+        write_json(Path(args.work_dir) / SUMMARY_FILE, summary)
     if dist.is_initialized():
         dist.destroy_process_group()
 
