@@ -91,12 +91,6 @@ def build_variant_model(
     return build_model(spec["model"], config, word_vectors, **spec["model_options"])
 
 
-def rank_device(distributed: Distributed) -> torch.device:
-    """The GPU of this process's local rank (CUDA), else the CPU."""
-    device = pick_device()
-    return torch.device("cuda", distributed.local_rank) if device.type == "cuda" else device
-
-
 def feature_width(data: PairData) -> int | None:
     return None if data.image_features is None else int(data.image_features.shape[1])
 
@@ -193,7 +187,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
             config["seed"],
             work_dir,
             neighbors=neighbors,
-            device=rank_device(distributed),
+            device=pick_device(),  # the Trainer takes the GPU of this process's local rank
             distributed=distributed,
         )
         result = trainer.fit()
