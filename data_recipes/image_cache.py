@@ -24,6 +24,7 @@ import pandas as pd
 from PIL import Image
 from tqdm import tqdm
 
+from common.files import atomic_path
 from data_recipes.validate import (
     DEFAULT_MAX_PIXELS,
     ImageRejected,
@@ -116,29 +117,20 @@ def reserve_disk_space(path: str | Path, named: Path) -> None:
 def _write_npy_atomically(
     out_path: Path, shape: tuple[int, ...], fill: Callable[[np.ndarray], None], *, cache_path: Path
 ) -> None:
-    """Create a uint8 .npy of ``shape`` in a temp file next to ``out_path``, ``fill`` it, then rename.
-    ``cache_path`` is the cache this file is a step towards (what a full-disk error names).
-
-    The temp file sits in the same folder so ``os.replace`` is an atomic rename: readers see either
-    no cache or a complete one, never a half-written file.
-    """
-    temp_name = str(out_path.parent / f".{out_path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
+    """Create a uint8 .npy of ``shape`` (:func:`common.files.atomic_path`: readers see no cache or a complete
+    one, never a half-written file), ``fill`` it through a memory map, then publish it. ``cache_path`` is
+    the cache this file is a step towards (what a full-disk error names)."""
+    with atomic_path(out_path) as temp:
         if shape[0] == 0:
             # A zero-length memmap cannot be mapped; an empty array has nothing to stream anyway.
-            np.save(temp_name, np.zeros(shape, dtype=np.uint8), allow_pickle=False)
-            os.replace(temp_name + ".npy", temp_name)
-        else:
-            array = np.lib.format.open_memmap(temp_name, mode="w+", dtype=np.uint8, shape=shape)
-            reserve_disk_space(temp_name, cache_path)
-            fill(array)
-            array.flush()
-            del array
-        os.replace(temp_name, out_path)
-    finally:
-        for leftover in (temp_name, temp_name + ".npy"):
-            if os.path.exists(leftover):
-                os.remove(leftover)
+            with open(temp, "wb") as handle:
+                np.save(handle, np.zeros(shape, dtype=np.uint8), allow_pickle=False)
+            return
+        array = np.lib.format.open_memmap(temp, mode="w+", dtype=np.uint8, shape=shape)
+        reserve_disk_space(temp, cache_path)
+        fill(array)
+        array.flush()
+        del array
 
 
 def build_image_cache(

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from common.files import atomic_path
 from models.acceleration import amp_dtype, autocast, gradient_scaler, prepare_for_device
 from models.batching import Batch, BatchSampler
 from models.distributed import (
@@ -34,7 +35,6 @@ from models.distributed import (
     shard_batch,
 )
 from models.encoders import resize_batch
-from models.files import atomic_path
 from models.loader import BatchLoader, DeviceBatch, HostBatch, LoaderSettings
 from models.losses import Loss
 from models.settings import TrainSettings

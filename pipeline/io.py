@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from models.files import atomic_path
+from common import files
+from common.files import atomic_path, partial_path
 
 __all__ = [
     "DiskFullError",
@@ -96,12 +97,6 @@ def _naming_disk_full(path: Path, *, or_the_errors_own: bool = False) -> Iterato
             raise
         named = (error.filename2 or error.filename) if or_the_errors_own else None
         raise disk_full(named or path, error) from error
-
-
-def partial_path(final: Path) -> Path:
-    """Where ``final`` is built before it is renamed into place."""
-    final = Path(final)
-    return final.with_name(final.name + ".partial")
 
 
 def lock_path(final: Path) -> Path:
@@ -179,41 +174,22 @@ def _release(path: Path, fd: int) -> None:
         os.close(fd)
 
 
-def _remove_stale_temp_files(folder: Path) -> None:
-    """Delete the temp files of atomic writes (``.<name>.<random>.tmp``) that a killed process left in a
-    partial folder: never valid (a write publishes only by renaming), they would otherwise be renamed into
-    the complete output with it."""
-    for path in folder.rglob(".*.tmp"):
-        if path.is_file():
-            path.unlink()
-
-
 @contextmanager
 def atomic_directory(final: Path, *, resume: bool = False) -> Iterator[Path]:
-    """Build a directory as ``<final>.partial`` and rename it to ``final`` when the block succeeds.
+    """:func:`common.files.atomic_directory` for a task's output, with a full disk named.
 
-    With ``resume=True`` an existing ``.partial`` folder (left by a killed run) is kept, so a task can pick
-    up its checkpoints (stale temp files of interrupted writes removed); otherwise it is cleared first.
     The caller holds :func:`output_lock` of ``final`` (``HashedTask.run`` does, and checks completeness under
-    it), so the ``.partial`` folder is never shared between processes. ``ENOSPC`` anywhere in the block is raised as :class:`DiskFullError` naming the path; the
-    partial folder is then removed unless ``resume`` (the checkpoints it keeps are what a rerun resumes
-    from once space is freed). On any other error it stays for inspection (e.g. the ``rejects.csv`` of a
-    rejected input) and is cleared by the next run.
+    it), so the ``.partial`` folder is never shared between processes. ``ENOSPC`` anywhere in the block is
+    raised as :class:`DiskFullError` naming the path; the partial folder is then removed unless ``resume``
+    (the checkpoints it keeps are what a rerun resumes from once space is freed). On any other error it
+    stays for inspection (e.g. the ``rejects.csv`` of a rejected input) and is cleared by the next run.
     """
-    final = Path(final)
     partial = partial_path(final)
     try:
-        with _naming_disk_full(partial, or_the_errors_own=True):
-            if partial.exists():
-                if resume:
-                    _remove_stale_temp_files(partial)
-                else:
-                    shutil.rmtree(partial)
-            partial.mkdir(parents=True, exist_ok=True)
-            yield partial
-            if final.exists():  # an earlier incomplete output (no metadata): replace it whole
-                shutil.rmtree(final)
-            os.replace(partial, final)
+        with _naming_disk_full(partial, or_the_errors_own=True), files.atomic_directory(
+            final, resume=resume
+        ) as work_dir:
+            yield work_dir
     except DiskFullError:
         if not resume:
             shutil.rmtree(partial, ignore_errors=True)

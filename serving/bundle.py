@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from common.files import atomic_directory
 from models.backbones import Trunk, build_trunk
 from models.encoders import EncoderConfig
 from models.registry import build_model, model_class
@@ -192,7 +191,7 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
             "imagenet_weights_loaded": pretrained_loaded,
         },
         "text": {
-            "tokenizer": "models.tokenizer.tokenize",
+            "tokenizer": "common.tokenizer.tokenize",
             "max_tokens": t.max_text_tokens,
             "vocab_size": vocab_size,
             "word_dim": word_dim,
@@ -202,19 +201,14 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
     model.load_state_dict(state)
     manifest["embedding"]["per_item"] = _embedding_per_item(model.eval())
 
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    torch.save({"model": state, "trunk": trunk_state}, partial / WEIGHTS_FILE)
-    (partial / VOCAB_FILE).write_text(json.dumps(parts.vocab, sort_keys=True))
-    manifest["files"] = {name: sha256_of(partial / name) for name in (WEIGHTS_FILE, VOCAB_FILE)}
-    manifest["bundle_id"] = hashlib.sha256(
-        json.dumps(manifest["files"], sort_keys=True).encode()
-    ).hexdigest()[:16]
-    (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    if out.exists():
-        out.rmdir()
-    os.replace(partial, out)
+    with atomic_directory(out) as partial:
+        torch.save({"model": state, "trunk": trunk_state}, partial / WEIGHTS_FILE)
+        (partial / VOCAB_FILE).write_text(json.dumps(parts.vocab, sort_keys=True))
+        manifest["files"] = {name: sha256_of(partial / name) for name in (WEIGHTS_FILE, VOCAB_FILE)}
+        manifest["bundle_id"] = hashlib.sha256(
+            json.dumps(manifest["files"], sort_keys=True).encode()
+        ).hexdigest()[:16]
+        (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 

@@ -1,7 +1,7 @@
 """Embeddings of new images and texts with a loaded bundle, preprocessed exactly as in training: images
 decoded and validated by ``data_recipes.validate.load_image_rgb``, cropped to the image cache's square
 (``data_recipes.image_cache.centre_square``), resized to the trunk's input and normalised; texts tokenised by
-``models.tokenizer``. Every embedding is ``float32 [N, K, D]`` (K = 1 except PVSE), L2-normalised.
+``common.tokenizer``. Every embedding is ``float32 [N, K, D]`` (K = 1 except PVSE), L2-normalised.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from common.tokenizer import encode_texts, tokenize
 from data_recipes.image_cache import centre_square
 from data_recipes.validate import DEFAULT_MAX_PIXELS, load_image_rgb
 from models.encoders import frozen_trunk_features, resize_batch
-from models.tokenizer import encode_texts, tokenize
 from serving.bundle import Bundle
 
 BATCH_SIZE = 64

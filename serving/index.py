@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from common.files import atomic_path
 from serving.bundle import Bundle, BundleError
 from serving.embed import Embedder
 from serving.gallery import GalleryBatch
@@ -49,15 +50,13 @@ class GalleryIndexError(ValueError):
 
 
 def _save_array(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npy")
-    np.save(tmp, array, allow_pickle=False)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 class GalleryIndex:
@@ -216,18 +215,16 @@ class GalleryIndex:
                 "exact_up_to": self.meta["exact_up_to"],
             }
             if backend == "annoy":
-                tmp = ann.with_name(f".{ann.name}.{os.getpid()}.tmp")
-                AnnoySearch.build(vectors, tmp, ANNOY_TREES, ANNOY_SEARCH_K)
-                os.replace(tmp, ann)
+                with atomic_path(ann) as tmp:
+                    AnnoySearch.build(vectors, tmp, ANNOY_TREES, ANNOY_SEARCH_K)
                 settings.update({"n_trees": ANNOY_TREES, "search_k": ANNOY_SEARCH_K})
             elif ann.exists():
                 ann.unlink()
             self.meta["search"][modality] = settings
             _save_array(self.path / f"{modality}_vectors.npy", vectors)
         _save_array(self.path / "thumbnails.npy", self.thumbnails)
-        tmp = self.path / f".items.{os.getpid()}.tmp.parquet"
-        self.items.to_parquet(tmp, index=False)
-        os.replace(tmp, self.path / "items.parquet")
+        with atomic_path(self.path / "items.parquet") as tmp:
+            self.items.to_parquet(tmp, index=False)
         _write_text(self.path / "rejects.csv", self.rejects.to_csv(index=False))
         self.meta.update(
             {

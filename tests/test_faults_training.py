@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import models.files
+import common.files
 from models.losses import build_loss
 from models.training import (
     BEST_CHECKPOINT,
@@ -204,7 +204,7 @@ def test_kill_during_checkpoint_write_leaves_the_old_checkpoint_intact(tmp_path,
             raise OSError("simulated kill during the rename")
         real_replace(src, dst)
 
-    monkeypatch.setattr(models.files.os, "replace", dies_on_checkpoints)
+    monkeypatch.setattr(common.files.os, "replace", dies_on_checkpoints)
     with pytest.raises(OSError, match="simulated kill"):
         _trainer(tmp_path, 2).fit()
     monkeypatch.undo()

@@ -24,7 +24,7 @@ from datasketch import MinHashLSH
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from models.files import atomic_path
+from common.files import atomic_path
 from pipeline.steps.minhash import (
     EMPTY_HASH,
     MINHASH_SCHEME,

@@ -1,9 +1,9 @@
-"""The pipeline's text helpers: the tokenizer is the models' (models/tokenizer.py, shared with serving/), and
-the process-independent string hash gensim seeds its vectors with."""
+"""The pipeline's text helpers: the tokenizer (common/tokenizer.py, shared with every layer) and the
+process-independent string hash gensim seeds its vectors with."""
 
 from __future__ import annotations
 
-from models.tokenizer import PAD, TOKEN_PATTERN, UNK, encode_texts, tokenize
+from common.tokenizer import PAD, TOKEN_PATTERN, UNK, encode_texts, tokenize
 
 __all__ = ["PAD", "TOKEN_PATTERN", "UNK", "encode_texts", "stable_string_hash", "tokenize"]
 

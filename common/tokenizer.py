@@ -1,5 +1,6 @@
-"""One tokenizer for Doc2Vec, the word vectors and the GRU, so all three see the same words; it lives with the
-models because a model bundle (serving/) must tokenise new queries exactly as training did, without the pipeline."""
+"""One tokenizer for validation, Doc2Vec, the word vectors and the GRU, so all of them see the same words; it
+lives in the bottom layer because data validation (data_recipes/) and a model bundle (serving/) must tokenise
+exactly as training did, without the pipeline."""
 
 from __future__ import annotations
 

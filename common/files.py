@@ -1,0 +1,84 @@
+"""Atomic writes: every file and folder the project writes appears whole or not at all.
+
+:func:`atomic_path` is the one way a file is written (checkpoints, pipeline outputs, image caches, search
+indexes, bundles): the caller writes a temporary file in the destination's folder, which is renamed over the
+destination only when the block succeeds. :func:`atomic_directory` does the same for a folder, built as
+``<final>.partial``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def create_temp_file(folder: Path, prefix: str, suffix: str) -> Path:
+    """An empty file with a fresh random name in ``folder``, created with the mode the umask gives an ordinary
+    file (``tempfile.mkstemp`` makes it 0600, which the rename would carry into the output and hide it
+    from the other users of a shared run root)."""
+    while True:
+        path = Path(folder) / f"{prefix}{secrets.token_hex(6)}{suffix}"
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return path
+
+
+@contextmanager
+def atomic_path(final: Path) -> Iterator[Path]:
+    """Yield a temporary path (an existing empty file) in ``final``'s folder; move it over ``final`` only if
+    the block succeeds, else remove it. Write to it by name or through an open handle (``np.save`` given
+    a *name* appends ``.npy``: give it a handle)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = create_temp_file(final.parent, f".{final.name}.", ".tmp")
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def partial_path(final: Path) -> Path:
+    """Where the folder ``final`` is built before it is renamed into place."""
+    final = Path(final)
+    return final.with_name(final.name + ".partial")
+
+
+@contextmanager
+def atomic_directory(final: Path, *, resume: bool = False) -> Iterator[Path]:
+    """Build a folder as ``<final>.partial`` and rename it to ``final`` when the block succeeds.
+
+    A ``.partial`` folder left by a killed process is cleared first, or kept with ``resume`` (a task picking
+    up its checkpoints: the temp files of interrupted :func:`atomic_path` writes in it are removed, they never
+    held a published file). An existing ``final`` (an earlier incomplete output) is replaced whole. On an
+    error the partial folder stays for inspection; the next build clears it.
+    """
+    final = Path(final)
+    partial = partial_path(final)
+    if partial.exists():
+        if resume:
+            remove_stale_temp_files(partial)
+        else:
+            shutil.rmtree(partial)
+    partial.mkdir(parents=True, exist_ok=True)
+    yield partial
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(partial, final)
+
+
+def remove_stale_temp_files(folder: Path) -> None:
+    """Delete the temp files of :func:`atomic_path` (``.<name>.<random>.tmp``) that a killed process left in
+    ``folder``: never valid (a write publishes only by renaming), they would otherwise be renamed into a
+    complete output with it."""
+    for path in Path(folder).rglob(".*.tmp"):
+        if path.is_file():
+            path.unlink()
