@@ -30,7 +30,8 @@ from scipy.sparse.csgraph import connected_components
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.steps.dedup import DedupIndex, dedup_precision_recall, default_lsh_threshold  # noqa: E402
+from pipeline.steps.dedup_quality import dedup_precision_recall  # noqa: E402
+from pipeline.steps.lsh_index import DedupIndex, default_lsh_threshold  # noqa: E402
 from pipeline.steps.minhash import MINHASH_SCHEME, minhash_signatures, text_shingles  # noqa: E402
 
 THRESHOLD = 0.6

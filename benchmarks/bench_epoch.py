@@ -1,7 +1,7 @@
 """Epoch time of Ours (Eq. 8) vs Ang+NP+Sym at the same batch size, in one run (goal: <= 1.10x).
 
-Both neighbour modes are timed: ``in_batch`` (neighbours fill half of each batch: the same number of rows
-encoded as the baseline) and ``extra_rows`` (neighbours encoded as extra rows). Synthetic pairs at the
+Both neighbor modes are timed: ``in_batch`` (neighbors fill half of each batch: the same number of rows
+encoded as the baseline) and ``extra_rows`` (neighbors encoded as extra rows). Synthetic pairs at the
 demo profile's sizes (frozen EfficientNet-Lite0 features, 1280-d, GRU(256), batch 64; ``--finetune`` times
 a ResNet-18 trunk trained end to end on 64 px pixels instead); runs are interleaved and repeated, medians
 reported.

@@ -4,7 +4,7 @@ pytorch-metric-learning equivalent where one exists, measured in the same run.
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/bench_losses.py [--repeats 7] [--batches 64 256]
 
 Each loss is built with its default parameters and given the first keyword batch it accepts: plain pairs
-(every row its own group, one sampled neighbour per row) or grouped pairs (five captions per image, the
+(every row its own group, one sampled neighbor per row) or grouped pairs (five captions per image, the
 image row repeated, as COCO batches are built); a loss refusing both is skipped with its reason. Every
 timing is the median over ``--repeats`` runs after two warm-up runs. An address-space limit keeps a loss
 whose memory grows cubically with the batch from taking the shared machine down: it is skipped at that
@@ -41,7 +41,7 @@ def unit_rows(generator: torch.Generator, rows: int, dim: int) -> torch.Tensor:
 
 
 def keyword_batch(variant: str, batch: int, dim: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Every keyword of ``models.losses.base``: pairs, group ids and one sampled neighbour per row."""
+    """Every keyword of ``models.losses.base``: pairs, group ids and one sampled neighbor per row."""
     generator = torch.Generator().manual_seed(seed)
     if variant == "pairs":
         group_ids = torch.arange(batch)
@@ -58,7 +58,7 @@ def keyword_batch(variant: str, batch: int, dim: int, seed: int = 0) -> dict[str
         "neighbor_image": unit_rows(generator, batch, dim),
         "neighbor_text": unit_rows(generator, batch, dim),
         "neighbor_of": torch.randperm(batch, generator=generator),
-        # ids no batch row has: the sampled neighbours are items outside the batch
+        # ids no batch row has: the sampled neighbors are items outside the batch
         "neighbor_group_ids": torch.arange(batch) + batch,
     }
 

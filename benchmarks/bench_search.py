@@ -1,11 +1,11 @@
 """Search speed of ``crossmodal``: query latency p50 / p99 for text and image queries at 10k and 1M gallery
 items, exact search against Annoy in the same run (Annoy's recall@10 against exact), the size where Annoy
-becomes faster (the crossover ``serving.neighbours.EXACT_SEARCH_MAX_VECTORS`` is set from), and the served
+becomes faster (the crossover ``serving.neighbors.EXACT_SEARCH_MAX_VECTORS`` is set from), and the served
 API's requests per second for text queries.
 
 Galleries are synthetic: 256-d embeddings drawn as a mixture of clusters (one centre per 100 items, noise so a
 centre's items sit at cosine ~0.6 around it), L2-normalised, like a trained model's topic structure; uniform
-random vectors would have no neighbourhoods to find and understate Annoy. Queries are new draws from the same
+random vectors would have no neighborhoods to find and understate Annoy. Queries are new draws from the same
 mixture. A query's latency is its embedding (the demo profile's model: GRU 256 for a text, EfficientNet-Lite0
 at 96 px + projection for a 64 px photo; random weights, which do not change the cost) plus the search.
 
@@ -44,7 +44,7 @@ from models.encoders import EncoderConfig  # noqa: E402
 from models.registry import build_model  # noqa: E402
 from serving.bundle import Bundle  # noqa: E402
 from serving.embed import Embedder  # noqa: E402
-from serving.neighbours import ANNOY_SEARCH_K, ANNOY_TREES, AnnoySearch, ExactSearch  # noqa: E402
+from serving.neighbors import ANNOY_SEARCH_K, ANNOY_TREES, AnnoySearch, ExactSearch  # noqa: E402
 
 WIDTH = 256
 ITEMS_PER_CLUSTER = 100
@@ -247,7 +247,7 @@ def api_requests_per_second(bundle: Path, seconds: float, clients: int, work: Pa
 
 def annoy_sweep(n: int, work: Path, n_queries: int = 100) -> list[dict]:
     """Annoy's recall@10 and search latency at ``n`` items for a grid of trees x search_k: how the settings
-    of serving.neighbours were chosen (the least search work reaching recall@10 >= 0.95)."""
+    of serving.neighbors were chosen (the least search work reaching recall@10 >= 0.95)."""
     rng = np.random.default_rng(n)
     centres = unit_centres(n, rng)
     gallery, queries = clustered(n, rng, centres), clustered(n_queries, rng, centres)

@@ -1,5 +1,5 @@
 """Training images per second of the paper profile's step (ResNet-50 fine-tuned on 224 px pixels, GRU(512),
-batch 64 with in-batch neighbours, Ours = angular + within-modality) on the device at hand; goals (issue 13)
+batch 64 with in-batch neighbors, Ours = angular + within-modality) on the device at hand; goals (issue 13)
 on one H100: >= 3,000 images/s, the loader >= 1.2x what the GPU consumes, 2 GPUs >= 1.8x one.
 
 Measured in one run, on the same synthetic uint8 cache:

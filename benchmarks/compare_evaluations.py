@@ -1,8 +1,8 @@
 """Compare two configurations of one run root with the headline's statistics: paired bootstrap over test
-items and seeds, 95% interval and minimum detectable difference, for 5-way R@1 and neighbour preservation.
+items and seeds, 95% interval and minimum detectable difference, for 5-way R@1 and neighbor preservation.
 
 A configuration is a variant name plus, optionally, the JSON of its ``variant_overrides`` (as FullRun was
-given them), e.g. Ours with in-batch neighbours against Ours with neighbours as extra rows:
+given them), e.g. Ours with in-batch neighbors against Ours with neighbors as extra rows:
 
     python benchmarks/compare_evaluations.py --run-root runs \\
         --a ours '{"train": {"neighbor_mode": "extra_rows"}}' --b ours '{}'

@@ -1,6 +1,6 @@
 """COCO Captions (Chen et al. 2015; Lin et al. 2014): about 120k images, each with five (four to seven)
 captions. Every caption is one pair; captions of one image share ``group_id`` (Struc's ground-truth
-neighbours and five-caption evaluation need it).
+neighbors and five-caption evaluation need it).
 
 Download (https://cocodataset.org/#download)
 --------------------------------------------

@@ -1,3 +1,3 @@
 """Evaluation of cross-modal retrieval: metrics as pure NumPy functions by subject (``retrieval``,
-``neighbourhoods``, ``calibration``, ``proximity``, ``statistics`` on the shared ``embeddings`` rules), the
+``neighborhoods``, ``calibration``, ``proximity``, ``statistics`` on the shared ``embeddings`` rules), the
 evaluation of one test split (``evaluate``, ``protocol``) and the report (``report``)."""

@@ -1,6 +1,6 @@
 """Input guards, row chunking and the one similarity every evaluation metric scores with.
 
-Why one module: every metric (retrieval, neighbourhoods, calibration, proximity) must agree on what a score
+Why one module: every metric (retrieval, neighborhoods, calibration, proximity) must agree on what a score
 is and refuse the same malformed inputs, so a PVSE variant is ranked by the similarity it was trained with
 wherever it is evaluated. Conventions shared by the metric modules of ``evaluation``:
 
@@ -11,7 +11,7 @@ wherever it is evaluated. Conventions shared by the metric modules of ``evaluati
   in ``models/losses/pvse_mil.py``). An ``[n, 1, d]`` array is treated as the ``[n, d]`` array it holds,
   so K = 1 gives exactly the single-embedding numbers. Cross-modal functions expect L2-normalised
   embeddings (each of the K, for ``[n, K, d]``) and refuse any whose norm is not 1; within-modality
-  neighbour functions use cosine similarity (for ``[n, K, d]``: the same maximum over the K x K pairs of
+  neighbor functions use cosine similarity (for ``[n, K, d]``: the same maximum over the K x K pairs of
   cosines) and normalise themselves (a Doc2Vec reference space is not normalised).
 * Row ``i`` of ``image`` is paired with row ``i`` of ``text`` unless a function takes ``text_to_image``.
 * ``group_ids`` (any hashable labels, one per row) mark rows that hold the same item, e.g. the pairs of one
@@ -21,7 +21,7 @@ wherever it is evaluated. Conventions shared by the metric modules of ``evaluati
   of queries.
 * Every random draw takes an explicit seed; the same arguments give the same numbers.
 * Ties: a paired item must score *strictly* higher than a negative to beat it (ties count against the
-  model); nearest-neighbour sets break ties by the lower row index.
+  model); nearest-neighbor sets break ties by the lower row index.
 """
 
 from __future__ import annotations

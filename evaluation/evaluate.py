@@ -1,4 +1,4 @@
-"""Test-split evaluation of one trained variant's embeddings: n-way retrieval and neighbour preservation
+"""Test-split evaluation of one trained variant's embeddings: n-way retrieval and neighbor preservation
 (Thomas & Kovashka §4.3; preservation at several k with its chance level, and per-sample values at the
 headline k for the report's bootstrap), topic precision across and within modalities, full-ranking
 Recall@K / medR / mAP@k (Bleeker & de Rijke §3), and global calibration: the PR curve, PR-AUC and per-query
@@ -19,17 +19,17 @@ import numpy as np
 import pandas as pd
 
 from evaluation.calibration import calibration
-from evaluation.neighbourhoods import (
+from evaluation.neighborhoods import (
     headline_preservation_k,
-    nearest_neighbour_ranking,
-    neighbour_preservation_at_ks,
+    nearest_neighbor_ranking,
+    neighbor_preservation_at_ks,
     topic_precision_at_k,
     within_modality_topic_precision,
 )
 from evaluation.protocol import EVAL_SEED, full_ranking, retrieval_layout
 from evaluation.retrieval import n_way_recall_at_1
 
-#: per-sample neighbour preservation at the headline k, per modality (``<name>.npy``), for the report's
+#: per-sample neighbor preservation at the headline k, per modality (``<name>.npy``), for the report's
 #: bootstrap over test items
 HEADLINE_PRESERVATION = {"image": "preservation_image_headline", "text": "preservation_text_headline"}
 
@@ -50,21 +50,21 @@ def preservation_at_ks(
     preservation_ks: tuple[int, ...] | list[int],
     paper_ratio: float,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, np.ndarray]]:
-    """Neighbour preservation per modality at every usable k, from one ranking of each space.
+    """Neighbor preservation per modality at every usable k, from one ranking of each space.
 
     The ks are those of ``preservation_ks`` below n (a k of n - 1 or more is every other item), the paper's
     ``preservation_k`` capped at n - 1, and the headline k (:func:`headline_preservation_k`). Returns the
-    legacy ``neighbour_preservation`` entry (the paper's k, as Table 3 always reported it), the
-    ``neighbour_preservation_at_k`` entry (per k: chance level, and per modality mean and lift) and the
+    legacy ``neighbor_preservation`` entry (the paper's k, as Table 3 always reported it), the
+    ``neighbor_preservation_at_k`` entry (per k: chance level, and per modality mean and lift) and the
     per-sample arrays at the headline k, keyed as ``HEADLINE_PRESERVATION`` names them.
     """
     n = len(doc_vectors)
     paper_k = int(min(preservation_k, n - 1))
     headline_k = headline_preservation_k(preservation_ks, n, paper_ratio)
     ks = sorted({int(k) for k in preservation_ks if 1 <= k <= n - 1} | {paper_k, headline_k})
-    reference_ranking = nearest_neighbour_ranking(doc_vectors, ks[-1])
+    reference_ranking = nearest_neighbor_ranking(doc_vectors, ks[-1])
     by_modality = {
-        modality: neighbour_preservation_at_ks(embeddings, None, ks, reference_ranking=reference_ranking)
+        modality: neighbor_preservation_at_ks(embeddings, None, ks, reference_ranking=reference_ranking)
         for modality, embeddings in (("image", image), ("text", text))
     }
     legacy = {
@@ -107,12 +107,12 @@ def evaluate_embeddings(
     preservation_ks: tuple[int, ...] | list[int] = (),
     paper_preservation_ratio: float = 0.006,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Table 1 (n-way R@1 both directions) and Table 3 (neighbour preservation per modality) metrics.
+    """Table 1 (n-way R@1 both directions) and Table 3 (neighbor preservation per modality) metrics.
 
     ``image`` / ``text`` are ``[n, d]`` or ``[n, K, d]`` (PVSE); see :func:`similarity_summary`.
-    Neighbour preservation is computed at the paper's ``preservation_k`` and at every k of
+    Neighbor preservation is computed at the paper's ``preservation_k`` and at every k of
     ``preservation_ks`` (see :func:`preservation_at_ks`); with ``topics``, topic precision at ``topic_k``
-    cross-modally (I→T, T→I) and within each modality (I→I, T→T, at most n - 1 neighbours).
+    cross-modally (I→T, T→I) and within each modality (I→I, T→T, at most n - 1 neighbors).
     Returns the metrics and the per-item arrays the report bootstraps: ``i2t_hits`` / ``t2i_hits``
     ``[redraws, n]`` and the per-sample preservation at the headline k (``HEADLINE_PRESERVATION``).
     """
@@ -124,8 +124,8 @@ def evaluate_embeddings(
     legacy, at_k, preservation_arrays = preservation_at_ks(
         image, text, doc_vectors, preservation_k, preservation_ks, paper_preservation_ratio
     )
-    metrics["neighbour_preservation"] = legacy
-    metrics["neighbour_preservation_at_k"] = at_k
+    metrics["neighbor_preservation"] = legacy
+    metrics["neighbor_preservation_at_k"] = at_k
     arrays.update(preservation_arrays)
     if topics is not None:
         within_k = int(min(topic_k, len(topics) - 1))

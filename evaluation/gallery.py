@@ -1,4 +1,4 @@
-"""Qualitative results of Thomas & Kovashka §4.4: the Doc2Vec-neighbour pairs our model keeps closest
+"""Qualitative results of Thomas & Kovashka §4.4: the Doc2Vec-neighbor pairs our model keeps closest
 relative to the baseline (Fig. 5), top-k retrievals of our model next to the baseline's (Fig. 6), and the
 small PNG thumbnails both show.
 
@@ -18,25 +18,25 @@ import numpy as np
 from PIL import Image
 
 from evaluation.embeddings import cross_modal_scores
-from evaluation.neighbourhoods import nearest_neighbour_mask
-from evaluation.proximity import proximity_ratios, sample_neighbour_pairs, smallest_ratios_first
+from evaluation.neighborhoods import nearest_neighbor_mask
+from evaluation.proximity import proximity_ratios, sample_neighbor_pairs, smallest_ratios_first
 
 
-def doc2vec_neighbour_table(
+def doc2vec_neighbor_table(
     doc_vectors: np.ndarray, k: int, group_ids: np.ndarray | None = None
 ) -> np.ndarray:
     """``[n, k]`` exact k nearest test items of each test item in Doc2Vec space (cosine, self excluded).
 
     Entries naming a row of the same group (e.g. another caption of the same image, whose image distance
-    is 0 under every model) are set to -1, the padding :func:`sample_neighbour_pairs` skips.
+    is 0 under every model) are set to -1, the padding :func:`sample_neighbor_pairs` skips.
     """
     n = len(doc_vectors)
     if not 1 <= k <= n - 1:
-        raise ValueError(f"k = {k} neighbours need at least k + 1 test items, got {n}; lower k")
-    mask = nearest_neighbour_mask(doc_vectors, k)
+        raise ValueError(f"k = {k} neighbors need at least k + 1 test items, got {n}; lower k")
+    mask = nearest_neighbor_mask(doc_vectors, k)
     rows, columns = np.nonzero(mask)
     if not np.array_equal(np.bincount(rows, minlength=n), np.full(n, k)):
-        raise RuntimeError("nearest_neighbour_mask did not return exactly k neighbours per row")
+        raise RuntimeError("nearest_neighbor_mask did not return exactly k neighbors per row")
     table = columns.reshape(n, k).astype(np.int64)
     if group_ids is not None:
         groups = np.asarray(group_ids)
@@ -54,7 +54,7 @@ def proximity_study(
     n_show: int,
     group_ids: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Fig. 5 of Thomas & Kovashka: how much closer our model keeps Doc2Vec-neighbour pairs than the baseline.
+    """Fig. 5 of Thomas & Kovashka: how much closer our model keeps Doc2Vec-neighbor pairs than the baseline.
 
     ``ours`` / ``baseline`` are ``(image, text)`` test embeddings of the two models, row-aligned with
     ``doc_vectors``. Up to ``n_pairs`` unordered pairs are drawn (``seed``) from each item's ``k`` exact
@@ -69,8 +69,8 @@ def proximity_study(
     for name, (image, text) in (("ours", ours), ("baseline", baseline)):
         if len(image) != n or len(text) != n:
             raise ValueError(f"{name} embeddings must have one row per Doc2Vec vector ({n} test items)")
-    table = doc2vec_neighbour_table(doc_vectors, min(k, n - 1), group_ids)
-    pairs = sample_neighbour_pairs(table, n_pairs, seed)
+    table = doc2vec_neighbor_table(doc_vectors, min(k, n - 1), group_ids)
+    pairs = sample_neighbor_pairs(table, n_pairs, seed)
     result: dict[str, Any] = {"k": int(table.shape[1]), "n_pairs": int(len(pairs)), "pairs": pairs}
     for index, modality in enumerate(("image", "text")):
         ratios = proximity_ratios(
@@ -93,7 +93,7 @@ def proximity_study(
 
 def _top_k(query: np.ndarray, gallery: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     scores = cross_modal_scores(query, gallery)
-    # stable sort of negated scores: ties go to the lower gallery index, as in evaluation.neighbourhoods
+    # stable sort of negated scores: ties go to the lower gallery index, as in evaluation.neighborhoods
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return order, np.take_along_axis(scores, order, axis=1)
 

@@ -1,6 +1,6 @@
 """The report's figures as PNG files: global precision-recall curves (Veit & Wilber Fig. 4 left), per-query
 score distributions (their Fig. 4 right), the proximity-ratio histogram (Thomas & Kovashka Fig. 5) and
-neighbour preservation against k with its chance level (their Table 3, at every k).
+neighbor preservation against k with its chance level (their Table 3, at every k).
 
 Figures are drawn on ``matplotlib.figure.Figure`` objects with the Agg canvas, never through pyplot, so
 nothing depends on a display or on global pyplot state.
@@ -118,7 +118,7 @@ def plot_score_distributions(
 def plot_proximity_ratios(
     ratios: Mapping[str, np.ndarray], path: Path, bins: int = 40, method_label: str = "Ours"
 ) -> Path:
-    """Histogram of log2(d_ours / d_baseline) per modality over the sampled Doc2Vec-neighbour pairs (Fig. 5).
+    """Histogram of log2(d_ours / d_baseline) per modality over the sampled Doc2Vec-neighbor pairs (Fig. 5).
 
     Left of the dashed zero line our model keeps the pair closer than the baseline does. ``method_label``
     names the compared method on the axis (the report passes the label of the variant it compares).
@@ -136,7 +136,7 @@ def plot_proximity_ratios(
         )
     axes.axvline(0.0, color="black", linestyle="--", linewidth=1)
     axes.set_xlabel(f"log2( distance under {method_label} / distance under the baseline )")
-    axes.set_ylabel("neighbour pairs")
+    axes.set_ylabel("neighbor pairs")
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small")
     figure.tight_layout()
@@ -148,7 +148,7 @@ def plot_preservation_against_k(
     chance: Mapping[str, Sequence[float] | np.ndarray],
     path: Path,
 ) -> Path:
-    """Neighbour preservation against k, one line per method, one panel per modality, over the chance line.
+    """Neighbor preservation against k, one line per method, one panel per modality, over the chance line.
 
     ``curves`` maps a method label to ``{"ks": [...], "image": [...], "text": [...]}`` (mean over seeds at
     each k); ``chance`` is ``{"ks": [...], "chance": [...]}``, the expected preservation ``k / (n - 1)`` of a
@@ -179,8 +179,8 @@ def plot_preservation_against_k(
         # the measured ks as plain numbers rather than powers of ten
         axes.set_xticks(chance_ks, labels=[f"{k:g}" for k in chance_ks])
         axes.minorticks_off()
-        axes.set_xlabel("k (nearest neighbours)")
-        axes.set_title(f"{modality}–{modality} neighbours", fontsize="medium")
+        axes.set_xlabel("k (nearest neighbors)")
+        axes.set_title(f"{modality}–{modality} neighbors", fontsize="medium")
         axes.grid(alpha=0.3)
     panels[0].set_ylabel("share of Doc2Vec k-NN kept")
     panels[0].set_ylim(bottom=0.0)

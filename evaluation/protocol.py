@@ -19,6 +19,10 @@ from evaluation.retrieval import coco_folds, full_ranking_metrics
 #: distractors are drawn with this seed for every variant and training seed, so rows compare the same task
 EVAL_SEED = 0
 
+#: the layout of ``metrics.json`` (hashed into Evaluate's output path, so a run root never mixes layouts):
+#: 2 spells every key ``neighbor`` (``neighbor_preservation``, ``neighbor_preservation_at_k``)
+METRICS_SCHEMA = 2
+
 #: settings of the full-ranking and calibration metrics (hashed into Evaluate's output path)
 FULL_EVAL = {
     "map_k": 5,

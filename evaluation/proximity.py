@@ -1,4 +1,4 @@
-"""Semantic proximity of Fig. 5 (Thomas & Kovashka 2020, Sec. 4.4): Doc2Vec-neighbour pairs, and how much
+"""Semantic proximity of Fig. 5 (Thomas & Kovashka 2020, Sec. 4.4): Doc2Vec-neighbor pairs, and how much
 closer our model keeps each pair than the baseline does.
 
 Why ratios of distances rather than distances: the two models' spaces are scaled differently, so only the
@@ -13,21 +13,21 @@ import numpy as np
 from evaluation.embeddings import check_same_rows, check_same_width, check_seed, embedding_sets, l2_normalise
 
 
-def sample_neighbour_pairs(neighbour_table: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """Draw ``n`` distinct unordered neighbour pairs from a reference-space neighbour table (Fig. 5).
+def sample_neighbor_pairs(neighbor_table: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """Draw ``n`` distinct unordered neighbor pairs from a reference-space neighbor table (Fig. 5).
 
-    ``neighbour_table[i]`` lists the neighbour rows of sample ``i`` (negative entries are padding). Each
+    ``neighbor_table[i]`` lists the neighbor rows of sample ``i`` (negative entries are padding). Each
     pair ``{i, j}`` with ``i != j`` is counted once however often it is listed, and ``n`` of them are drawn
     uniformly without replacement with ``seed`` (fewer if fewer exist). Returns ``[n, 2]`` int rows
     ``(i, j)`` with ``i < j``.
     """
-    table = np.asarray(neighbour_table)
+    table = np.asarray(neighbor_table)
     if table.ndim != 2 or not np.issubdtype(table.dtype, np.integer):
         raise ValueError(
-            f"neighbour_table must be an integer [n_samples, n_neighbours] array, got {table.shape}"
+            f"neighbor_table must be an integer [n_samples, n_neighbors] array, got {table.shape}"
         )
     if table.size and table.max() >= table.shape[0]:
-        raise ValueError(f"neighbour_table refers to row {table.max()} but has only {table.shape[0]} rows")
+        raise ValueError(f"neighbor_table refers to row {table.max()} but has only {table.shape[0]} rows")
     if not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive number of pairs, got {n!r}")
     check_seed(seed)
@@ -36,7 +36,7 @@ def sample_neighbour_pairs(neighbour_table: np.ndarray, n: int, seed: int) -> np
     listed = (other >= 0) & (other != anchor)
     pairs = np.unique(np.sort(np.stack([anchor[listed], other[listed]], axis=1), axis=1), axis=0)
     if pairs.shape[0] == 0:
-        raise ValueError("neighbour_table lists no pair of distinct samples")
+        raise ValueError("neighbor_table lists no pair of distinct samples")
     rng = np.random.default_rng(int(seed))
     chosen = rng.choice(pairs.shape[0], size=min(int(n), pairs.shape[0]), replace=False)
     return pairs[np.sort(chosen)]

@@ -49,7 +49,7 @@ def paired_bootstrap_items_and_seeds(
     """Bootstrap of ``mean(method) - mean(baseline)`` resampling test items and training seeds.
 
     ``method`` and ``baseline`` map a training seed to that run's per-item outcomes (0/1 hits averaged over
-    distractor redraws, or per-sample neighbour preservation), one value per test item, the items in the
+    distractor redraws, or per-sample neighbor preservation), one value per test item, the items in the
     same order in every run. A method's score is the mean over its seeds of the mean over items.
 
     Resampling scheme, one bootstrap replicate:

@@ -1,4 +1,4 @@
-"""How pairs and their semantic neighbours (Eq. 5) are put into training batches."""
+"""How pairs and their semantic neighbors (Eq. 5) are put into training batches."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ class Batch:
     """Rows to encode, and how they map to the loss keywords.
 
     ``rows`` are pair positions; the first ``n_main`` encoded rows form the cross-modal batch. Row
-    ``neighbor_rows[m]`` of the encoded rows is the sampled neighbour i' of main row ``neighbor_of[m]``.
+    ``neighbor_rows[m]`` of the encoded rows is the sampled neighbor i' of main row ``neighbor_of[m]``.
     """
 
     rows: np.ndarray
@@ -25,19 +25,19 @@ class Batch:
 
 
 class BatchSampler:
-    """Shuffled batches of train pairs, optionally with one sampled semantic neighbour per anchor.
+    """Shuffled batches of train pairs, optionally with one sampled semantic neighbor per anchor.
 
     Modes (``neighbor_mode``):
 
     * no table: plain batches of ``batch_size`` pairs, each train pair once per epoch;
-    * ``"in_batch"``: each batch holds ``batch_size // 2`` anchors and one neighbour of each, drawn
-      uniformly from the anchor's k nearest train neighbours (Eq. 5); neighbours double as in-batch
+    * ``"in_batch"``: each batch holds ``batch_size // 2`` anchors and one neighbor of each, drawn
+      uniformly from the anchor's k nearest train neighbors (Eq. 5); neighbors double as in-batch
       negatives of the other rows, so a batch encodes exactly as many rows as the baseline's. Anchors are
       taken from a running permutation, so every pair is an anchor once every two epochs;
-    * ``"extra_rows"``: batches of ``batch_size`` anchors plus their neighbours encoded as extra rows
+    * ``"extra_rows"``: batches of ``batch_size`` anchors plus their neighbors encoded as extra rows
       (twice the encoder work of the baseline).
 
-    With ``group_ids`` (and no neighbour table) batches are filled group by group — every member of a
+    With ``group_ids`` (and no neighbor table) batches are filled group by group — every member of a
     group, then the next group, in a shuffled group order — so losses that need several positives per
     query (SmoothAP, Struc with ground-truth groups) see them; each pair still comes once per epoch.
 
@@ -59,10 +59,10 @@ class BatchSampler:
             if neighbor_mode not in NEIGHBOR_MODES:
                 raise ValueError(f"neighbor_mode must be one of {NEIGHBOR_MODES}, got {neighbor_mode!r}")
             if len(neighbors) != len(train_positions):
-                raise ValueError("the neighbour table must have one row per train pair")
+                raise ValueError("the neighbor table must have one row per train pair")
             if neighbor_mode == "in_batch" and batch_size < 4:
                 raise ValueError(
-                    "in_batch neighbour sampling needs batch_size >= 4 (2 anchors + 2 neighbours)"
+                    "in_batch neighbor sampling needs batch_size >= 4 (2 anchors + 2 neighbors)"
                 )
         self.train_positions = np.asarray(train_positions)
         self.batch_size = batch_size
@@ -107,7 +107,7 @@ class BatchSampler:
         return shuffled[np.argsort(group_rank[self.group_ids[shuffled]], kind="stable")]
 
     def _sample_neighbors(self, anchors: np.ndarray, taken: set[int]) -> np.ndarray:
-        """One uniformly drawn table neighbour per anchor, re-drawn (a few times) if already in the batch."""
+        """One uniformly drawn table neighbor per anchor, re-drawn (a few times) if already in the batch."""
         k = self.neighbors.shape[1]
         chosen = self.neighbors[anchors, self.rng.integers(0, k, size=len(anchors))]
         for slot in range(len(anchors)):

@@ -3,13 +3,13 @@
 The contract (the ``DistributedSampler`` one, through the project's own ``BatchSampler``): every rank runs
 the same sampler with the same seed over *global* batches of ``batch_size * world_size`` pairs (reshuffled
 every epoch as a single process does) and takes its share of each (:func:`shard_batch`); so every rank
-knows the whole global batch — its rows, group ids and neighbour structure — without communicating.
+knows the whole global batch — its rows, group ids and neighbor structure — without communicating.
 
 Every loss sees the global batch: each rank encodes its share, the embeddings are gathered with an
 autograd all-gather (:func:`gather_rows`, ``torch.distributed.nn.all_gather``, as open_clip's
 ``gather_features(gather_with_grad=True)``) and put in the order of the global :class:`Batch` that
-:func:`merge_shards` builds, whose neighbour indices point at the gathered rows (a rank's rows offset by the
-rows of the ranks before it). Group ids and neighbour indices need no gather: every rank derives them from
+:func:`merge_shards` builds, whose neighbor indices point at the gathered rows (a rank's rows offset by the
+rows of the ranks before it). Group ids and neighbor indices need no gather: every rank derives them from
 the global batch it knows.
 
 Gradients: every rank computes the same global loss L. The all-gather's backward sums, over ranks, the
@@ -92,10 +92,10 @@ def can_shard(batch: Batch, world_size: int) -> bool:
 
 
 def shard_batch(batch: Batch, rank: int, world_size: int) -> Batch:
-    """Rank ``rank``'s share of a global batch: a contiguous run of its anchors, each with its neighbour.
+    """Rank ``rank``'s share of a global batch: a contiguous run of its anchors, each with its neighbor.
 
-    Neighbour batches must have the sampler's layout (anchors ``0..n-1``, neighbour of anchor m at row
-    ``n + m``; in ``in_batch`` mode both are main rows, in ``extra_rows`` mode the neighbours are extra rows),
+    Neighbor batches must have the sampler's layout (anchors ``0..n-1``, neighbor of anchor m at row
+    ``n + m``; in ``in_batch`` mode both are main rows, in ``extra_rows`` mode the neighbors are extra rows),
     and a rank's share keeps it.
     """
     if world_size == 1:
@@ -110,7 +110,7 @@ def shard_batch(batch: Batch, rank: int, world_size: int) -> Batch:
         and np.array_equal(batch.neighbor_rows, np.arange(n, 2 * n))
     ):
         raise ValueError(
-            "shard_batch needs the sampler's layout: anchors 0..n-1, the neighbour of anchor m at n + m"
+            "shard_batch needs the sampler's layout: anchors 0..n-1, the neighbor of anchor m at n + m"
         )
     in_batch = batch.n_main == 2 * n
     sizes = shard_sizes(n, world_size)
@@ -128,7 +128,7 @@ def shard_batch(batch: Batch, rank: int, world_size: int) -> Batch:
 def merge_shards(shards: list[Batch]) -> tuple[Batch, np.ndarray]:
     """The global batch the loss sees, and ``order``: row ``j`` of it is row ``order[j]`` of the gathered
     rows (every shard's rows, rank after rank). Main rows come first, as :func:`models.training.loss_inputs`
-    expects; neighbour indices are offset by the rows of the ranks before."""
+    expects; neighbor indices are offset by the rows of the ranks before."""
     offsets = np.cumsum([0] + [len(shard.rows) for shard in shards])[:-1]
     main = [offset + np.arange(shard.n_main) for shard, offset in zip(shards, offsets, strict=True)]
     extra = [

@@ -25,11 +25,11 @@ class TrainSettings:
     lr_patience: int = 5
     lr_factor: float = 0.1
     horizontal_flip: bool = True
-    #: how the sampled neighbour i' of Eq. 5 reaches the batch: "in_batch" fills half of each batch with
-    #: the anchors' neighbours (same rows encoded as the baseline), "extra_rows" encodes them as extra rows.
+    #: how the sampled neighbor i' of Eq. 5 reaches the batch: "in_batch" fills half of each batch with
+    #: the anchors' neighbors (same rows encoded as the baseline), "extra_rows" encodes them as extra rows.
     neighbor_mode: str = "in_batch"
-    #: in ``in_batch``, an anchor and its sampled neighbour are not cross-modal negatives of each other
-    #: (False: the neighbour pair is an ordinary negative, which fights L_text / L_img)
+    #: in ``in_batch``, an anchor and its sampled neighbor are not cross-modal negatives of each other
+    #: (False: the neighbor pair is an ordinary negative, which fights L_text / L_img)
     mask_neighbor_pairs: bool = True
     #: "finetune": the trunk trains end to end on pixels (paper §3.3); "frozen": it is run once and its
     #: cached features train the projection and the text tower (VSE++ / PVSE's precomputed-feature mode)
@@ -41,7 +41,7 @@ class TrainSettings:
     #: changes the numbers a GPU run produces
     amp: str = "auto"
     #: processes (one per GPU) per node and nodes of a torchrun / DistributedDataParallel run; ``batch_size``
-    #: is per process, so the loss sees ``batch_size * nproc_per_node * nnodes`` pairs (and their neighbours)
+    #: is per process, so the loss sees ``batch_size * nproc_per_node * nnodes`` pairs (and their neighbors)
     nproc_per_node: int = 1
     nnodes: int = 1
     # ---- speed only: these change how fast, never what is computed, so they are left out of the output

@@ -111,7 +111,7 @@ class StepPlan:
 
 
 def loss_inputs(outputs: dict[str, Tensor], batch: Batch, group_ids: Tensor) -> dict[str, Tensor]:
-    """Slice model outputs into the keywords of ``models.losses.base``: main rows and neighbour rows."""
+    """Slice model outputs into the keywords of ``models.losses.base``: main rows and neighbor rows."""
     inputs = {key: value[: batch.n_main] for key, value in outputs.items()}
     inputs["group_ids"] = group_ids[: batch.n_main]
     if batch.neighbor_rows is not None:
@@ -124,9 +124,9 @@ def loss_inputs(outputs: dict[str, Tensor], batch: Batch, group_ids: Tensor) -> 
 
 
 def cross_modal_group_ids(group_ids: np.ndarray, batch: Batch) -> np.ndarray:
-    """Group ids of the batch rows with each in-batch anchor and its sampled neighbour merged into one group.
+    """Group ids of the batch rows with each in-batch anchor and its sampled neighbor merged into one group.
 
-    In the ``in_batch`` layout the neighbour pair i' is a row of the cross-modal batch; left as is, image_i
+    In the ``in_batch`` layout the neighbor pair i' is a row of the cross-modal batch; left as is, image_i
     vs text_i' and image_i' vs text_i would be negatives, so L_sym would push apart the pairs L_text and
     L_img pull together. Rows of one group are never negatives of each other (``models.losses.base``), so
     merging the groups masks exactly those cross pairs (and keeps any group the rows already shared).
@@ -147,7 +147,7 @@ def batch_loss_inputs(
     outputs: dict[str, Tensor], batch: Batch, group_ids: Tensor, mask_neighbor_pairs: bool
 ) -> dict[str, Tensor]:
     """The loss keywords of one training batch: ``group_ids`` (of every pair) taken at the batch's rows, an
-    in-batch anchor and its neighbour merged into one group when ``mask_neighbor_pairs``."""
+    in-batch anchor and its neighbor merged into one group when ``mask_neighbor_pairs``."""
     batch_groups = group_ids[batch.rows].numpy()
     if mask_neighbor_pairs:
         batch_groups = cross_modal_group_ids(batch_groups, batch)
@@ -190,7 +190,7 @@ class Trainer:
             )
         if needs_neighbors and neighbors is None:
             raise ValueError(
-                f"losses {needs_neighbors} need sampled semantic neighbours but no neighbour table was given: "
+                f"losses {needs_neighbors} need sampled semantic neighbors but no neighbor table was given: "
                 "set the variant's neighbor_source to 'text' or 'image'"
             )
         if settings.trunk == "frozen" and data.image_features is None:
@@ -227,11 +227,11 @@ class Trainer:
             ),
         )
         self.losses = [loss.to(self.device) for loss in losses]
-        # validation loss: the neighbour-free parts, which every variant shares, so variants are comparable
+        # validation loss: the neighbor-free parts, which every variant shares, so variants are comparable
         self.val_losses = [loss for loss in self.losses if not loss.needs_neighbors]
         if not self.val_losses:
             raise ValueError(
-                f"every loss of {[loss.name for loss in losses]} needs sampled neighbours, so no validation loss "
+                f"every loss of {[loss.name for loss in losses]} needs sampled neighbors, so no validation loss "
                 "can be computed: add a cross-modal loss (e.g. angular), as Eq. 8 does"
             )
         self.data = data
@@ -323,7 +323,7 @@ class Trainer:
 
     @torch.no_grad()
     def validation_loss(self) -> float:
-        """Mean neighbour-free loss over validation batches of the global batch size (a loss over in-batch
+        """Mean neighbor-free loss over validation batches of the global batch size (a loss over in-batch
         negatives depends on it); ranks take every world_size-th batch and the sums are added up."""
         self.model.eval()
         positions = self.val_positions

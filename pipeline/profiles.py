@@ -39,10 +39,10 @@ class WordVectorSettings:
 
 @dataclass(frozen=True)
 class NeighborSettings:
-    """Annoy tables of the k nearest train neighbours (paper: k = 200, Eq. 5)."""
+    """Annoy tables of the k nearest train neighbors (paper: k = 200, Eq. 5)."""
 
     k: int = 200
-    #: i' is drawn from the first ``sample_k`` non-duplicate neighbours of the k-table (the authors'
+    #: i' is drawn from the first ``sample_k`` non-duplicate neighbors of the k-table (the authors'
     #: released code: distance-0 entries dropped, then ``[:10]``); ``None`` draws from all k (paper text).
     sample_k: int | None = 10
     n_trees: int = 50
@@ -56,9 +56,9 @@ class EvalSettings:
     redraws: int = 5
     #: the paper's k of Table 3 (capped at n_test - 1); always reported
     preservation_k: int = 200
-    #: neighbour preservation is also reported at each of these k (those below n_test), with its chance level
+    #: neighbor preservation is also reported at each of these k (those below n_test), with its chance level
     preservation_ks: tuple[int, ...] = (5, 10, 20, 50, 200)
-    #: the paper's k / (n_test - 1): 200 neighbours among 24.6k-46k test items (0.4-0.8%); the headline k is
+    #: the paper's k / (n_test - 1): 200 neighbors among 24.6k-46k test items (0.4-0.8%); the headline k is
     #: the one of ``preservation_ks`` whose k / (n - 1) is closest to it
     paper_preservation_ratio: float = 0.006
     topic_k: int = 10
@@ -112,13 +112,13 @@ HEADLINE_SEEDS = {"ang_np_sym": (0, 1, 2), "ours": (0, 1, 2), "ours_img_nns": (0
 DEMO = Profile(
     name="demo",
     # 8,000 generated pairs (7.2k after dedup) with 30% held out for test: ~2.2k test items, so 5-way R@1 and
-    # neighbour preservation can resolve differences of about 0.02 (the report states what the run can detect)
+    # neighbor preservation can resolve differences of about 0.02 (the report states what the run can detect)
     dataset_options={"n_pairs": 8000},
     split_fractions={"train": 0.6, "val": 0.1, "test": 0.3},
     image_cache_size=64,
     loss_defaults=CPU_LOSS_DEFAULTS,
     # On a few thousand short texts, PV-DM with hierarchical softmax and window 20 (the paper's settings for
-    # 246k articles) gives near-random neighbourhoods (top-10 same-topic 0.19 on the embedded data); negative
+    # 246k articles) gives near-random neighborhoods (top-10 same-topic 0.19 on the embedded data); negative
     # sampling with window 5 recovers the topics (0.70). See docs/datasets/embedded.md.
     doc2vec=Doc2VecSettings(window=5, min_count=5, hs=0, negative=5),
     word_vectors=WordVectorSettings(min_count=3),

@@ -1,5 +1,5 @@
 """Method variants of the comparison grid, as data: which model, which losses (by registry name, with
-parameters) and where the semantic neighbours i' of Eq. 5 come from.
+parameters) and where the semantic neighbors i' of Eq. 5 come from.
 
 A user adds a variant by adding an entry here (or passes ``--variant-overrides`` to change a loss
 parameter of an existing one for an ablation).
@@ -26,7 +26,7 @@ class Variant:
     label: str
     losses: tuple[LossSpec, ...]
     model: str = "vse"
-    #: "text" (Doc2Vec neighbours, the paper's method), "image" (CNN-feature neighbours) or None
+    #: "text" (Doc2Vec neighbors, the paper's method), "image" (CNN-feature neighbors) or None
     neighbor_source: str | None = None
     model_options: dict[str, Any] = field(default_factory=dict)
 
@@ -87,7 +87,7 @@ VARIANTS: dict[str, Variant] = {
             neighbor_source="text",
         ),
         # Table 2: Wang et al. 2016 structure preservation on top of Trip+NP+Sym, with the ground-truth
-        # groups (several captions of one image) or with estimated Doc2Vec neighbours (Eq. 5)
+        # groups (several captions of one image) or with estimated Doc2Vec neighbors (Eq. 5)
         Variant("struc_gt_text", "Struc (GT, Text)", (TRIPLET, struc("text", "ground_truth"))),
         Variant(
             "struc_nn_text",
@@ -105,7 +105,7 @@ VARIANTS: dict[str, Variant] = {
 def single_loss_variants() -> dict[str, Variant]:
     """One variant per registered loss, named ``loss_<name>``, so any loss of the library trains from
     FullRun/Train parameters (``--variants '["loss_nt_xent"]'``). A within-modality-only loss is paired
-    with its model's cross-modal loss (Eq. 8 form) and Doc2Vec neighbours; group losses (SmoothAP, Struc)
+    with its model's cross-modal loss (Eq. 8 form) and Doc2Vec neighbors; group losses (SmoothAP, Struc)
     need a dataset with several captions per image.
     """
     from models.losses import LOSSES, build_loss

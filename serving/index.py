@@ -1,5 +1,5 @@
 """A search index of a gallery: one folder with the items, their image and text embeddings (kept apart: an
-item may have an image, a text or both), the thumbnails the page shows and a nearest-neighbour structure per
+item may have an image, a text or both), the thumbnails the page shows and a nearest-neighbor structure per
 modality.
 
 Layout (``INDEX_FORMAT_VERSION`` 1)::
@@ -30,7 +30,7 @@ from common.files import atomic_path
 from serving.bundle import Bundle, BundleError
 from serving.embed import Embedder
 from serving.gallery import GalleryBatch
-from serving.neighbours import (
+from serving.neighbors import (
     ANNOY_SEARCH_K,
     ANNOY_TREES,
     EXACT_SEARCH_MAX_VECTORS,

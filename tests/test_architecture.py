@@ -5,7 +5,11 @@ counts too."""
 from __future__ import annotations
 
 import ast
+import importlib
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "models", "evaluation", "data_recipes", "serving", "common")
@@ -98,3 +102,34 @@ def test_no_module_is_longer_than_the_limit():
         if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert too_long == {}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "name"),
+    [
+        ("evaluation.neighbourhoods", "evaluation.neighborhoods", "neighbor_preservation"),
+        ("serving.neighbours", "serving.neighbors", "ExactSearch"),
+    ],
+)
+def test_the_old_spelling_of_a_renamed_module_still_imports_with_a_warning_naming_the_new_one(
+    old: str, new: str, name: str
+) -> None:
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"renamed {new}"):
+        module = importlib.import_module(old)
+    assert getattr(module, name) is getattr(importlib.import_module(new), name)
+
+
+def test_one_spelling_of_neighbor_outside_the_deprecation_aliases():
+    aliases = {ROOT / "evaluation" / "neighbourhoods.py", ROOT / "serving" / "neighbours.py"}
+    files = [
+        path
+        for folder in (*PACKAGES, "tests", "benchmarks", "docs")
+        for path in (ROOT / folder).rglob("*")
+        # the aliases, and this file, which names them to test them
+        if path.suffix in {".py", ".md", ".js", ".html", ".cfg"} and path not in {*aliases, Path(__file__)}
+    ]
+    files += [ROOT / "README.md", ROOT / "luigi.cfg", ROOT / "pyproject.toml"]
+    british = "neighb" + "our"
+    found = [str(path.relative_to(ROOT)) for path in files if british in path.read_text().lower()]
+    assert found == []

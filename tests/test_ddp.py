@@ -2,7 +2,7 @@
 
 Two real processes (``torch.multiprocessing`` spawn, a ``gloo`` group on 127.0.0.1): one DDP step's loss and
 every parameter gradient equal a single-process step on the global batch the ranks share, for the angular,
-within-modality, triplet and PVSE losses (with in-batch and extra-row neighbours, and an uneven last batch);
+within-modality, triplet and PVSE losses (with in-batch and extra-row neighbors, and an uneven last batch);
 and a 2-process run killed mid-epoch resumes to the weights of an uninterrupted one. Tiny models on cached
 "frozen trunk" features, so each spawn takes seconds.
 """
@@ -43,7 +43,7 @@ SETTINGS = TrainSettings(
     learning_rate=1e-3,
     lr_patience=1,
 )
-#: (variant, neighbour mode, which batch of the first epoch is compared)
+#: (variant, neighbor mode, which batch of the first epoch is compared)
 CASES = {
     "angular_uneven_last_batch": ("ang_np_sym", "in_batch", -1),  # 39 = 16 + 16 + 7: ranks get 4 and 3 rows
     "ours_in_batch": ("ours", "in_batch", 0),
@@ -197,7 +197,7 @@ def test_a_ddp_step_of_a_fine_tuned_trunk_runs_and_keeps_the_ranks_in_step(ddp_r
         assert torch.equal(gradient, rank1[name]), name
 
 
-def test_merged_shards_keep_each_anchor_with_its_neighbour():
+def test_merged_shards_keep_each_anchor_with_its_neighbor():
     trainer = make_trainer("ours", "extra_rows", Path("unused"), Distributed())
     batch = next(iter(trainer.sampler.epoch()))
     shards = [shard_batch(batch, rank, 3) for rank in range(3)]

@@ -9,7 +9,10 @@ from datasketch import LeanMinHash, MinHash, MinHashLSH
 
 from pipeline.profiles import Profile
 from pipeline.steps import dedup, minhash
-from pipeline.steps.dedup import DedupIndex, dedup_precision_recall, deduplicate
+from pipeline.steps.dedup import deduplicate
+from pipeline.steps.dedup_quality import dedup_precision_recall
+from pipeline.steps.lsh_index import DedupIndex, default_lsh_threshold
+from pipeline.steps.lsh_store import load_dedup_index, save_dedup_index
 from pipeline.steps.minhash import minhash_signatures, text_shingles
 
 VOCAB = [f"w{i}" for i in range(400)]
@@ -86,7 +89,7 @@ def test_clusters_match_a_datasketch_lsh_insert_query_pipeline(lsh_threshold):
     texts[5] = texts[6]  # exact repeats take the linked-representative path
     texts[7] = texts[6]
     signatures = minhash_signatures(texts)
-    banding = dedup.default_lsh_threshold(0.6) if lsh_threshold is None else lsh_threshold
+    banding = default_lsh_threshold(0.6) if lsh_threshold is None else lsh_threshold
     lsh = MinHashLSH(threshold=banding, num_perm=128)
     sketches = [LeanMinHash(seed=1, hashvalues=row, scheme=minhash.MINHASH_SCHEME) for row in signatures]
     for i, sketch in enumerate(sketches):
@@ -169,8 +172,8 @@ def test_incremental_index_finds_what_a_full_run_finds(tmp_path):
     first, second = order[:150], order[150:]
     index = DedupIndex(0.6, 128)
     index.add_and_find([ids[i] for i in first], signatures[first])
-    index.save(tmp_path / "dedup_index.npz")
-    reloaded = DedupIndex.load(tmp_path / "dedup_index.npz")
+    save_dedup_index(index, tmp_path / "dedup_index.npz")
+    reloaded = load_dedup_index(tmp_path / "dedup_index.npz")
     touched = reloaded.add_and_find([ids[i] for i in second], signatures[second])
 
     assert reloaded.clusters() == full

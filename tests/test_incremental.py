@@ -15,7 +15,8 @@ from PIL import Image
 
 from data_recipes.image_cache import ShardedImageCache
 from pipeline import Deduplicate, FullRun, PrepareDataset, PrepareShard, Split, Train
-from pipeline.steps.dedup import DedupIndex, deduplicate, deduplicate_into
+from pipeline.steps.dedup import deduplicate, deduplicate_into
+from pipeline.steps.lsh_index import DedupIndex
 from pipeline.tasks.data import stack_shards
 from tests.luigi_runs import build
 

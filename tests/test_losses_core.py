@@ -18,7 +18,7 @@ from models.losses.pair_terms import angular_npair_logits
 ATOL = 1e-6
 
 # ---------------------------------------------------------------------------------------------------------
-# Input cases: float64, L2-normalised rows, with sampled neighbours.
+# Input cases: float64, L2-normalised rows, with sampled neighbors.
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -27,7 +27,7 @@ def unit_rows(generator: torch.Generator, rows: int, dim: int) -> torch.Tensor:
 
 
 def make_case(name: str) -> dict[str, torch.Tensor]:
-    """Keyword batch for one edge case; neighbour rows always present (ignored by cross-modal losses)."""
+    """Keyword batch for one edge case; neighbor rows always present (ignored by cross-modal losses)."""
     generator = torch.Generator().manual_seed(sum(map(ord, name)))
     dim = 5
     if name == "random":
@@ -78,7 +78,7 @@ def make_case(name: str) -> dict[str, torch.Tensor]:
         group_ids = torch.tensor([7, 7, 3, 5, 5, 5])
         image[1], image[4], image[5] = image[0], image[3], image[3]  # captions of one image share the image
         case = {"image": image, "text": text, "group_ids": group_ids}
-        # neighbour 0 is batch row 2's item (group 3), so row 2 must not be its negative
+        # neighbor 0 is batch row 2's item (group 3), so row 2 must not be its negative
         case["neighbor_of"] = torch.tensor([0, 3, 2, 5])
         case["neighbor_image"] = torch.stack([image[2], unit_rows(generator, 1, dim)[0], image[0], image[2]])
         case["neighbor_text"] = torch.stack([text[2], unit_rows(generator, 1, dim)[0], text[1], text[2]])
@@ -143,11 +143,11 @@ def ref_cross_modal(case, params: dict, pair_fn) -> tuple[dict[str, float], dict
     return losses, counts
 
 
-def ref_neighbour_negatives(case, m: int) -> list[int]:
+def ref_neighbor_negatives(case, m: int) -> list[int]:
     groups = groups_of(case)
     anchor_row = int(case["neighbor_of"][m])
-    neighbour_group = None if "neighbor_group_ids" not in case else int(case["neighbor_group_ids"][m])
-    return [j for j in range(len(groups)) if groups[j] != groups[anchor_row] and groups[j] != neighbour_group]
+    neighbor_group = None if "neighbor_group_ids" not in case else int(case["neighbor_group_ids"][m])
+    return [j for j in range(len(groups)) if groups[j] != groups[anchor_row] and groups[j] != neighbor_group]
 
 
 def ref_within(case, params: dict) -> tuple[dict[str, float], dict[str, list[int]]]:
@@ -157,14 +157,14 @@ def ref_within(case, params: dict) -> tuple[dict[str, float], dict[str, list[int
     beta = params.get("beta", weights[1])
     tan_sq = math.tan(math.radians(params.get("alpha_degrees", 45.0))) ** 2
     losses, counts = {}, {}
-    for name, weight, pool, neighbours in (
+    for name, weight, pool, neighbors in (
         ("within_text", alpha, case["text"], case["neighbor_text"]),
         ("within_image", beta, case["image"], case["neighbor_image"]),
     ):
         per_pair = []
         for m in range(len(case["neighbor_of"])):
-            anchor, positive = pool[int(case["neighbor_of"][m])], neighbours[m]
-            negatives = [pool[j] for j in ref_neighbour_negatives(case, m)]
+            anchor, positive = pool[int(case["neighbor_of"][m])], neighbors[m]
+            negatives = [pool[j] for j in ref_neighbor_negatives(case, m)]
             if form == "angular":
                 per_pair.append(
                     ref_angular_pair(
@@ -205,14 +205,14 @@ def ref_struc(case, params: dict) -> tuple[dict[str, float], dict[str, list[int]
                 if j != i and groups[j] == groups[i]:
                     per_pair.append(ref_struc_pair(pool[i], pool[j], negatives, distance, margin, top_k))
     else:
-        neighbours = case[f"neighbor_{space}"]
-        batch_pairs, neighbour_pairs = [], []
+        neighbors = case[f"neighbor_{space}"]
+        batch_pairs, neighbor_pairs = [], []
         for m in range(len(case["neighbor_of"])):
-            member, neighbour = pool[int(case["neighbor_of"][m])], neighbours[m]
-            negatives = [pool[j] for j in ref_neighbour_negatives(case, m)]
-            batch_pairs.append(ref_struc_pair(member, neighbour, negatives, distance, margin, top_k))
-            neighbour_pairs.append(ref_struc_pair(neighbour, member, negatives, distance, margin, top_k))
-        per_pair = batch_pairs + neighbour_pairs
+            member, neighbor = pool[int(case["neighbor_of"][m])], neighbors[m]
+            negatives = [pool[j] for j in ref_neighbor_negatives(case, m)]
+            batch_pairs.append(ref_struc_pair(member, neighbor, negatives, distance, margin, top_k))
+            neighbor_pairs.append(ref_struc_pair(neighbor, member, negatives, distance, margin, top_k))
+        per_pair = batch_pairs + neighbor_pairs
     weight = params.get("weight", 1.0)
     loss = weight * sum(loss for loss, _ in per_pair) / len(per_pair)
     return {f"struc_{space}_loss": loss}, {
@@ -317,8 +317,8 @@ def test_edge_cases_exercise_what_they_claim():
     off_diagonal = (ties["image"] @ ties["text"].T)[~torch.eye(4, dtype=torch.bool)]
     assert torch.all(off_diagonal == off_diagonal[0])
     repeated = make_case("repeated_groups")
-    # the neighbour of row 0 is the item in row 2; the loss must not push row 2 away from row 0
-    assert ref_neighbour_negatives(repeated, 0) == [3, 4, 5]
+    # the neighbor of row 0 is the item in row 2; the loss must not push row 2 away from row 0
+    assert ref_neighbor_negatives(repeated, 0) == [3, 4, 5]
 
 
 def test_hinge_and_smooth_angular_logits_differ_by_a_constant_on_unit_vectors():

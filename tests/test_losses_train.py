@@ -29,7 +29,7 @@ SETTINGS = replace(SMOKE.train, epochs=1, trunk="finetune")
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
-    """The smoke pipeline up to the neighbour tables (what Train reads)."""
+    """The smoke pipeline up to the neighbor tables (what Train reads)."""
     common = {"profile": "smoke", "run_root": str(tmp_path_factory.mktemp("runs"))}
     tasks = [Split(**common), PrepareDataset(**common), TrainWordVectors(**common), NeighborTables(**common)]
     assert luigi.build(tasks, local_scheduler=True, log_level="WARNING")

@@ -1,4 +1,4 @@
-"""Tests of the metric functions (evaluation.retrieval, neighbourhoods, calibration, proximity,
+"""Tests of the metric functions (evaluation.retrieval, neighborhoods, calibration, proximity,
 statistics): tiny cases worked out by hand (in the comments), plus properties."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from evaluation.calibration import precision_recall, score_distribution
-from evaluation.neighbourhoods import nearest_neighbour_mask, neighbour_preservation, topic_precision_at_k
-from evaluation.proximity import proximity_ratios, sample_neighbour_pairs, smallest_ratios_first
+from evaluation.neighborhoods import nearest_neighbor_mask, neighbor_preservation, topic_precision_at_k
+from evaluation.proximity import proximity_ratios, sample_neighbor_pairs, smallest_ratios_first
 from evaluation.retrieval import _draw_distractors, coco_folds, full_ranking_metrics, n_way_recall_at_1
 from evaluation.statistics import cocos_summary, mean_std, paired_bootstrap
 
@@ -123,7 +123,7 @@ def test_n_way_guards():
 
 
 # ------------------------------------------------------------------------------------------------
-# Neighbour preservation (Table 3)
+# Neighbor preservation (Table 3)
 # ------------------------------------------------------------------------------------------------
 
 # Four samples. Learned space: s0 (1,0), s1 (0.8,0.6), s2 (0,1), s3 (-1,0). Cosines:
@@ -141,49 +141,49 @@ LEARNED_4 = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-1.0, 0.0]])
 REFERENCE_4 = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [-0.6, 0.8]])
 
 
-def test_neighbour_preservation_by_hand():
-    k1 = neighbour_preservation(LEARNED_4, REFERENCE_4, k=1)
+def test_neighbor_preservation_by_hand():
+    k1 = neighbor_preservation(LEARNED_4, REFERENCE_4, k=1)
     np.testing.assert_allclose(k1["per_sample"], [0.0, 0.0, 1.0, 0.0])
     assert k1["mean"] == pytest.approx(0.25)
-    k2 = neighbour_preservation(LEARNED_4, REFERENCE_4, k=2)
+    k2 = neighbor_preservation(LEARNED_4, REFERENCE_4, k=2)
     # s2's learned 2-NN uses the tie-break (s0 over s3); breaking it the other way would give 0.5 there
     np.testing.assert_allclose(k2["per_sample"], [1.0, 0.5, 1.0, 1.0])
     assert k2["mean"] == pytest.approx(0.875)
     assert k2["k_used"] == 2 and k2["k_requested"] == 2
 
 
-def test_neighbour_mask_tie_breaks_by_lower_index():
-    mask = nearest_neighbour_mask(LEARNED_4, k=2)
+def test_neighbor_mask_tie_breaks_by_lower_index():
+    mask = nearest_neighbor_mask(LEARNED_4, k=2)
     np.testing.assert_array_equal(np.flatnonzero(mask[2]), [0, 1])
 
 
-def test_neighbour_preservation_caps_k():
-    # with 4 samples every sample has only 3 others, so all of them are neighbours in both spaces
-    result = neighbour_preservation(LEARNED_4, REFERENCE_4, k=200)
+def test_neighbor_preservation_caps_k():
+    # with 4 samples every sample has only 3 others, so all of them are neighbors in both spaces
+    result = neighbor_preservation(LEARNED_4, REFERENCE_4, k=200)
     assert result["k_used"] == 3 and result["k_requested"] == 200
     assert result["mean"] == 1.0
 
 
-def test_neighbour_preservation_properties():
+def test_neighbor_preservation_properties():
     learned, reference = random_unit(120, 8, seed=10), random_unit(120, 8, seed=11)
-    base = neighbour_preservation(learned, reference, k=10)
+    base = neighbor_preservation(learned, reference, k=10)
     permutation = np.random.default_rng(12).permutation(120)
-    permuted = neighbour_preservation(learned[permutation], reference[permutation], k=10)
+    permuted = neighbor_preservation(learned[permutation], reference[permutation], k=10)
     np.testing.assert_allclose(permuted["per_sample"], base["per_sample"][permutation])
     # cosine is blind to each row's length, so a non-normalised reference (e.g. Doc2Vec) is fine
     scales = np.random.default_rng(13).uniform(0.1, 10.0, size=(120, 1))
-    assert neighbour_preservation(learned, reference * scales, k=10)["mean"] == pytest.approx(base["mean"])
-    assert neighbour_preservation(reference, reference, k=10)["mean"] == 1.0
-    # independent spaces keep k/(n-1) of the neighbours on average
+    assert neighbor_preservation(learned, reference * scales, k=10)["mean"] == pytest.approx(base["mean"])
+    assert neighbor_preservation(reference, reference, k=10)["mean"] == 1.0
+    # independent spaces keep k/(n-1) of the neighbors on average
     big_a, big_b = random_unit(1000, 16, seed=14), random_unit(1000, 16, seed=15)
-    assert neighbour_preservation(big_a, big_b, k=50)["mean"] == pytest.approx(50 / 999, abs=0.01)
+    assert neighbor_preservation(big_a, big_b, k=50)["mean"] == pytest.approx(50 / 999, abs=0.01)
 
 
-def test_neighbour_preservation_guards():
+def test_neighbor_preservation_guards():
     with pytest.raises(ValueError, match="zero norm"):
-        neighbour_preservation(LEARNED_4, np.zeros((4, 2)), k=1)
+        neighbor_preservation(LEARNED_4, np.zeros((4, 2)), k=1)
     with pytest.raises(ValueError, match="rows"):
-        neighbour_preservation(LEARNED_4, REFERENCE_4[:3], k=1)
+        neighbor_preservation(LEARNED_4, REFERENCE_4[:3], k=1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -355,7 +355,7 @@ def test_score_distribution_sampling_and_overshoot():
 
 
 # ------------------------------------------------------------------------------------------------
-# Topic precision, neighbour pairs, proximity ratios
+# Topic precision, neighbor pairs, proximity ratios
 # ------------------------------------------------------------------------------------------------
 
 
@@ -379,15 +379,15 @@ def test_topic_precision_by_hand():
         topic_precision_at_k(queries, gallery, query_topics, gallery_topics, k=5)
 
 
-def test_sample_neighbour_pairs_by_hand():
+def test_sample_neighbor_pairs_by_hand():
     # rows list: 0 -> {1, 2}; 1 -> {0, pad}; 2 -> {0, 1}; 3 -> {3 (itself), pad}
     # unordered distinct pairs: {0,1}, {0,2}, {1,2}; the self-pair and padding are dropped
     table = np.array([[1, 2], [0, -1], [0, 1], [3, -1]])
-    np.testing.assert_array_equal(sample_neighbour_pairs(table, n=10, seed=0), [[0, 1], [0, 2], [1, 2]])
-    two = sample_neighbour_pairs(table, n=2, seed=4)
+    np.testing.assert_array_equal(sample_neighbor_pairs(table, n=10, seed=0), [[0, 1], [0, 2], [1, 2]])
+    two = sample_neighbor_pairs(table, n=2, seed=4)
     assert two.shape == (2, 2) and len({tuple(p) for p in two.tolist()}) == 2
     assert {tuple(p) for p in two.tolist()} <= {(0, 1), (0, 2), (1, 2)}
-    np.testing.assert_array_equal(two, sample_neighbour_pairs(table, n=2, seed=4))
+    np.testing.assert_array_equal(two, sample_neighbor_pairs(table, n=2, seed=4))
 
 
 def test_proximity_ratios_by_hand():

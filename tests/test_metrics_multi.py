@@ -14,7 +14,7 @@ from evaluation.calibration import calibration, precision_recall, score_distribu
 from evaluation.embeddings import cross_modal_scores
 from evaluation.evaluate import evaluate_embeddings
 from evaluation.gallery import proximity_study, retrieval_examples
-from evaluation.neighbourhoods import nearest_neighbour_mask, neighbour_preservation, topic_precision_at_k
+from evaluation.neighborhoods import nearest_neighbor_mask, neighbor_preservation, topic_precision_at_k
 from evaluation.protocol import full_ranking, retrieval_layout
 from evaluation.proximity import proximity_ratios
 from evaluation.retrieval import coco_folds, full_ranking_metrics, n_way_recall_at_1
@@ -134,10 +134,10 @@ def test_k_equals_one_reproduces_every_cross_modal_metric_exactly():
 def test_k_equals_one_reproduces_within_modality_metrics_exactly():
     reference = np.random.default_rng(12).normal(size=(N, 4))
     assert np.array_equal(
-        nearest_neighbour_mask(IMAGE_K1 * 3.0, 3), nearest_neighbour_mask(IMAGE_2D * 3.0, 3)
+        nearest_neighbor_mask(IMAGE_K1 * 3.0, 3), nearest_neighbor_mask(IMAGE_2D * 3.0, 3)
     )
     assert_same_result(
-        neighbour_preservation(IMAGE_K1, reference, 3), neighbour_preservation(IMAGE_2D, reference, 3)
+        neighbor_preservation(IMAGE_K1, reference, 3), neighbor_preservation(IMAGE_2D, reference, 3)
     )
     assert np.array_equal(
         proximity_ratios(IMAGE_K1[:6], IMAGE_K1[6:], TEXT_2D[:6], TEXT_2D[6:]),
@@ -172,7 +172,7 @@ def test_k_equals_one_reproduces_the_evaluation_task_and_figures_exactly():
 
 
 # ------------------------------------------------------------------------------------------------
-# n-way and neighbour preservation with K = 2
+# n-way and neighbor preservation with K = 2
 # ------------------------------------------------------------------------------------------------
 
 
@@ -197,14 +197,14 @@ SAMPLES_MIL = np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, -1.0], [0.6, 0.8]], [[-
 REFERENCE_3 = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
 
 
-def test_neighbour_preservation_on_multi_embeddings_by_hand():
+def test_neighbor_preservation_on_multi_embeddings_by_hand():
     # scaling every embedding shows the within-modality similarity normalises each of the K itself
-    mask = nearest_neighbour_mask(SAMPLES_MIL * 3.0, 1)
+    mask = nearest_neighbor_mask(SAMPLES_MIL * 3.0, 1)
     np.testing.assert_array_equal(mask, [[False, True, False], [False, False, True], [False, True, False]])
-    result = neighbour_preservation(SAMPLES_MIL * 3.0, REFERENCE_3, k=1)
+    result = neighbor_preservation(SAMPLES_MIL * 3.0, REFERENCE_3, k=1)
     np.testing.assert_allclose(result["per_sample"], [1.0, 0.0, 1.0])
     assert result["mean"] == pytest.approx(2 / 3)
-    first_only = neighbour_preservation(SAMPLES_MIL[:, 0], REFERENCE_3, k=1)
+    first_only = neighbor_preservation(SAMPLES_MIL[:, 0], REFERENCE_3, k=1)
     np.testing.assert_allclose(first_only["per_sample"], [1.0, 1.0, 1.0])
 
 
@@ -229,8 +229,8 @@ def test_evaluation_task_runs_on_multi_embeddings():
         "rule": "max over the K x K embedding pairs (PVSE MIL)",
     }
     assert hits["i2t_hits"].shape == (2, N)
-    expected = neighbour_preservation(image, doc_vectors, 3)["mean"]
-    assert result["neighbour_preservation"]["image"]["mean"] == expected
+    expected = neighbor_preservation(image, doc_vectors, 3)["mean"]
+    assert result["neighbor_preservation"]["image"]["mean"] == expected
     layout = retrieval_layout(GROUPS, GROUPS, np.array([f"caption {i}" for i in range(N)]))
     ranking = full_ranking(image, text, layout)["all"]
     # an image's rank is the best over its captions, ranked by the MIL scores

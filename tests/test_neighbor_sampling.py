@@ -1,4 +1,4 @@
-"""Where i' comes from (the authors' first-10 non-duplicate neighbours), the in_batch negative mask, early
+"""Where i' comes from (the authors' first-10 non-duplicate neighbors), the in_batch negative mask, early
 stopping and frozen-trunk training — on tiny hand-built data."""
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def test_sampler_draws_i_prime_only_from_the_pool():
         for _ in range(5):
             for batch in sampler.epoch():
                 anchors, drawn = batch.rows[batch.neighbor_of], batch.rows[batch.neighbor_rows]
-                for anchor, neighbour in zip(anchors, drawn, strict=True):
-                    assert neighbour in neighbors[anchor, 1 : sample_k + 1]
+                for anchor, neighbor in zip(anchors, drawn, strict=True):
+                    assert neighbor in neighbors[anchor, 1 : sample_k + 1]
 
 
 def test_same_topic_share_counts_table_entries():
@@ -67,13 +67,13 @@ def test_same_topic_share_counts_table_entries():
     assert same_topic_share(topics, np.array([[1, 2], [0, 3], [3, 0], [2, 1]])) == 0.5
 
 
-def test_in_batch_anchor_and_neighbour_are_not_negatives():
-    # rows 0-2 are anchors, rows 3-5 their sampled neighbours (in_batch: all six are cross-modal rows)
+def test_in_batch_anchor_and_neighbor_are_not_negatives():
+    # rows 0-2 are anchors, rows 3-5 their sampled neighbors (in_batch: all six are cross-modal rows)
     batch = Batch(
         rows=np.arange(6), n_main=6, neighbor_rows=np.array([3, 4, 5]), neighbor_of=np.array([0, 1, 2])
     )
     merged = cross_modal_group_ids(np.array([10, 11, 12, 13, 14, 10]), batch)
-    # anchor-neighbour links 0~3, 1~4, 2~5, and rows 0 and 5 already share group 10: two components
+    # anchor-neighbor links 0~3, 1~4, 2~5, and rows 0 and 5 already share group 10: two components
     component = {0: "A", 2: "A", 3: "A", 5: "A", 1: "B", 4: "B"}
     for a in range(6):
         for b in range(6):
@@ -94,7 +94,7 @@ def test_masked_cross_pairs_change_the_angular_loss_exactly_as_removing_those_ne
     loss = build_loss("angular", symmetric=False)(image=image, text=text, group_ids=groups)[
         "image_to_text_loss"
     ]
-    # naive reference: image i against the texts of rows that are neither i nor i's anchor/neighbour
+    # naive reference: image i against the texts of rows that are neither i nor i's anchor/neighbor
     partner = {0: 2, 2: 0, 1: 3, 3: 1}
     terms = []
     for i in range(4):

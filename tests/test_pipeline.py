@@ -27,7 +27,7 @@ def test_smoke_full_run_succeeds_and_reports_every_variant(smoke_run):
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS, result.summary_text
     report = task.report_path().read_text()
     assert "Table 1 — cross-modal retrieval (n-way Recall@1)" in report
-    assert "Table 3 — neighbour preservation" in report
+    assert "Table 3 — neighbor preservation" in report
     table_1, table_4 = section(report, "Table 1"), section(report, "Table 4")
     for variant in TABLE_1:
         assert f"| {VARIANTS[variant].label} |" in table_1
@@ -51,7 +51,7 @@ def test_smoke_full_run_succeeds_and_reports_every_variant(smoke_run):
 
 
 def test_frozen_trunk_features_are_computed_once_and_shared(smoke_run):
-    """The pooled trunk features serve every VSE variant and seed and the image-neighbour table; PVSE,
+    """The pooled trunk features serve every VSE variant and seed and the image-neighbor table; PVSE,
     which attends over the map, has one spatial feature task of its own."""
     _, _, ran, _ = smoke_run
     features = [task for task in ran.ran if task.get_task_family() == "TrunkFeatures"]

@@ -270,7 +270,7 @@ def within_setup():
     neighbor_of = torch.tensor([0, 2, 4])
     neighbor_groups = torch.tensor(
         [1, 9, 3]
-    )  # anchor 0's neighbour is row 1's item; anchor 4's shares its group
+    )  # anchor 0's neighbor is row 1's item; anchor 4's shares its group
     return image, text, neighbor_image, neighbor_text, groups, neighbor_of, neighbor_groups
 
 
@@ -309,9 +309,9 @@ def test_within_modality_loss_equals_loop_reference(negatives: str) -> None:
     assert set(got) == {"text_within_modality_loss", "image_within_modality_loss"}
 
 
-def test_within_modality_never_uses_the_anchor_or_neighbour_group_as_negative() -> None:
+def test_within_modality_never_uses_the_anchor_or_neighbor_group_as_negative() -> None:
     image, text, neighbor_image, neighbor_text, _, _, _ = within_setup()
-    # one anchor, row 0 (group 0); its neighbour is the item of group 1 (batch row 1); row 2 shares group 0
+    # one anchor, row 0 (group 0); its neighbor is the item of group 1 (batch row 1); row 2 shares group 0
     groups = torch.tensor([0, 1, 0, 2, 3])
     loss = build_loss("pvse_within_modality", within_margin=0.8, negatives="all")
 
@@ -333,13 +333,13 @@ def test_within_modality_never_uses_the_anchor_or_neighbour_group_as_negative() 
         return moved
 
     base = within(text)
-    assert within(copy_anchor_to(1)) == pytest.approx(base, abs=1e-12)  # the neighbour's own item
+    assert within(copy_anchor_to(1)) == pytest.approx(base, abs=1e-12)  # the neighbor's own item
     assert within(copy_anchor_to(2)) == pytest.approx(base, abs=1e-12)  # the anchor's own group
     assert within(copy_anchor_to(3)) > base + 0.1  # a real negative
     assert within(text, torch.zeros(5, dtype=torch.long)) == 0.0  # no valid negative at all
 
 
-def test_within_modality_gradcheck_and_empty_neighbour_set() -> None:
+def test_within_modality_gradcheck_and_empty_neighbor_set() -> None:
     image, text, neighbor_image, neighbor_text, groups, neighbor_of, neighbor_groups = within_setup()
     tensors = tuple(t.clone().requires_grad_() for t in (image, text, neighbor_image, neighbor_text))
     loss = build_loss("pvse_within_modality", within_margin=0.8, negatives="all")
@@ -401,12 +401,12 @@ def test_forward_backward_resnet18_64px_batch4_is_quick() -> None:
     assert not losses[0].needs  # residuals come with the model output: kept in the validation loss
     start = time.perf_counter()
     out = model(images, tokens, lengths)
-    # batch rows 3 and 2 (their own groups) serve as the sampled neighbours of rows 0 and 1
-    neighbours = model(images.flip(0)[:2], tokens.flip(0)[:2], lengths.flip(0)[:2])
+    # batch rows 3 and 2 (their own groups) serve as the sampled neighbors of rows 0 and 1
+    neighbors = model(images.flip(0)[:2], tokens.flip(0)[:2], lengths.flip(0)[:2])
     inputs = {
         **out,
-        "neighbor_image": neighbours["image"],
-        "neighbor_text": neighbours["text"],
+        "neighbor_image": neighbors["image"],
+        "neighbor_text": neighbors["text"],
         "neighbor_of": torch.tensor([0, 1]),
         "neighbor_group_ids": torch.tensor([3, 2]),
     }
@@ -535,10 +535,10 @@ def loop_within_counts(anchors_all, positives, groups, neighbor_of, neighbor_gro
     return counts
 
 
-def hand_built_neighbours() -> dict[str, torch.Tensor]:
-    """4 rows, K = 2, each row the anchor of one neighbour whose embeddings are its own first one (positive
+def hand_built_neighbors() -> dict[str, torch.Tensor]:
+    """4 rows, K = 2, each row the anchor of one neighbor whose embeddings are its own first one (positive
     score 1); margin 0.5, so a valid negative breaks it when its MIL score with the anchor exceeds 0.5.
-    Anchor 0's neighbour is row 1's item and anchor 3's row 2's, so those rows are no negatives for them."""
+    Anchor 0's neighbor is row 1's item and anchor 3's row 2's, so those rows are no negatives for them."""
     dim = 8
     texts = [
         [unit_mix(dim, {0: 1.0}), unit_mix(dim, {1: 0.6}, filler=5)],  # 0.6 with text 1
@@ -571,7 +571,7 @@ def hand_built_neighbours() -> dict[str, torch.Tensor]:
 def test_pvse_within_modality_diagnostics_count_the_hand_built_violations(
     negatives: str, within_text: list[int], within_image: list[int]
 ) -> None:
-    inputs = hand_built_neighbours()
+    inputs = hand_built_neighbors()
     loss = build_loss("pvse_within_modality", within_margin=0.5, negatives=negatives)
     got = loss.diagnostics(**inputs)
     expected = {"within_text": within_text, "within_image": within_image}
@@ -618,7 +618,7 @@ def test_pvse_within_modality_diagnostics_equal_loop_reference(negatives: str) -
         assert got[f"within_{name}_contributing_negatives"].tolist() == expected, name
         counts += expected
     assert set(counts) == {0, 1} if negatives == "hardest" else (0 in counts and max(counts) >= 2)
-    # a batch without neighbour pairs has no queries for this loss: nothing to report
+    # a batch without neighbor pairs has no queries for this loss: nothing to report
     assert (
         loss.diagnostics(
             image=image,
@@ -633,7 +633,7 @@ def test_pvse_within_modality_diagnostics_equal_loop_reference(negatives: str) -
 
 def test_pvse_ours_variant_yields_cocos_rows() -> None:
     """Through the COCOS collection the Cocos task runs: a frozen PVSE model, training-style batches with
-    sampled neighbours, the PVSE+Ours variant's own losses; every direction becomes a COCOS table row."""
+    sampled neighbors, the PVSE+Ours variant's own losses; every direction becomes a COCOS table row."""
     model = make_model(num_embeds=2)
     n, batch_size = 8, 4
     rng = np.random.default_rng(0)
@@ -647,8 +647,8 @@ def test_pvse_ours_variant_yields_cocos_rows() -> None:
         lengths=lengths,
         group_ids=np.arange(n),
     )
-    neighbours = np.array([[(i + 1) % n, (i + 3) % n] for i in range(n)])
-    sampler = BatchSampler(np.arange(n), batch_size, np.random.default_rng(0), neighbours, "in_batch")
+    neighbors = np.array([[(i + 1) % n, (i + 3) % n] for i in range(n)])
+    sampler = BatchSampler(np.arange(n), batch_size, np.random.default_rng(0), neighbors, "in_batch")
     variant = VARIANTS["pvse_ours"]
     losses = [build_loss(spec.name, **spec.params) for spec in variant.losses]
     summary = collect_cocos(model, losses, data, sampler, 32, torch.device("cpu"))
@@ -657,7 +657,7 @@ def test_pvse_ours_variant_yields_cocos_rows() -> None:
     for keys in summary.values():
         assert all(stats["n_batches"] == sampler.batches_per_epoch for stats in keys.values())
     # hardest-negative hinges: at most one contributing negative per query (4 cross-modal queries a batch,
-    # 2 anchors with a sampled neighbour)
+    # 2 anchors with a sampled neighbor)
     for key, queries in (("image_to_text", 4), ("text_to_image", 4)):
         stats = summary["pvse_mil"][f"{key}_contributing_negatives"]
         assert 0.0 <= stats["per_query_mean"] <= 1.0 and 0.0 <= stats["per_batch_sum_mean"] <= queries

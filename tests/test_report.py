@@ -18,7 +18,7 @@ from torch import nn
 
 from evaluation.document import Document, GalleryItem
 from evaluation.gallery import (
-    doc2vec_neighbour_table,
+    doc2vec_neighbor_table,
     proximity_study,
     retrieval_examples,
     snippet,
@@ -86,12 +86,12 @@ def make_run(variant: str, label: str, seed: int, i2t: float, t2i: float, pr_auc
             "redraws": 2,
             "n_queries": 12,
         },
-        "neighbour_preservation": {
+        "neighbor_preservation": {
             "image": {"mean": i2t / 2, "k_used": 3, "k_requested": 20},
             "text": {"mean": t2i / 2, "k_used": 3, "k_requested": 20},
         },
         # 12 test items: the paper's k = 3 here (hand-made), the headline k = 1 (chance 1/11)
-        "neighbour_preservation_at_k": {
+        "neighbor_preservation_at_k": {
             "headline_k": 1,
             "paper_k": 3,
             "paper_ratio": 0.006,
@@ -230,7 +230,7 @@ def test_table_1_and_3_show_mean_and_std_over_seeds(report):
         and "| seeds |" in table_1.splitlines()[2]
     )
     assert table_row(table_1, "Ang+NP+Sym")[-1] == "2" and table_row(table_1, "Ours")[-1] == "1"
-    table_3 = section(md, "Table 3 — neighbour preservation")
+    table_3 = section(md, "Table 3 — neighbor preservation")
     assert table_3.splitlines()[2].startswith(
         "| Method | Image @k=3 | Text @k=3 | Image @k=1 | Text @k=1 | seeds |"
     )
@@ -329,7 +329,7 @@ def planted_runs(variant: str, label: str, shift: bool, seeds=(0, 1, 2), n: int 
                 hits = {d: (other.random((2, n)) < 0.6).astype(np.uint8) for d in hits}
                 preservation = {m: other.random(n) * 0.5 for m in preservation}
         run = make_run(variant, label, seed, 0.5, 0.5, 0.5)
-        run.metrics["neighbour_preservation_at_k"]["headline_k"] = 3
+        run.metrics["neighbor_preservation_at_k"]["headline_k"] = 3
         run.hits = {f"{d}_hits": h for d, h in hits.items()}
         run.preservation = preservation
         runs.append(run)
@@ -394,7 +394,7 @@ def test_headline_skips_preservation_when_runs_did_not_save_it():
 
 def test_preservation_against_k_table_and_figure(report):
     doc, payload, out = report
-    table = section(doc.to_markdown(), "Neighbour preservation against k")
+    table = section(doc.to_markdown(), "Neighbor preservation against k")
     assert table.splitlines()[2].startswith("| Method | modality | k=1 | k=3 |")
     assert table_row(table, "chance k/(n−1)")[2:] == ["0.0909", "0.2727"]
     # ours: i2t / 4 at k = 1 (lift 11 x that), i2t / 2 at k = 3 (lift 11/3 x that)
@@ -602,13 +602,13 @@ def test_markdown_gallery_cells_escape_pipes_and_html_escapes_text():
 # ------------------------------------------------------------------------------ qualitative pieces
 
 
-def test_doc2vec_neighbour_table_is_exact_and_drops_same_group_entries():
+def test_doc2vec_neighbor_table_is_exact_and_drops_same_group_entries():
     vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
-    assert doc2vec_neighbour_table(vectors, 1).tolist() == [[1], [0], [3], [2]]
+    assert doc2vec_neighbor_table(vectors, 1).tolist() == [[1], [0], [3], [2]]
     groups = np.array([0, 0, 1, 2])
-    assert doc2vec_neighbour_table(vectors, 1, groups).tolist() == [[-1], [-1], [3], [2]]
+    assert doc2vec_neighbor_table(vectors, 1, groups).tolist() == [[-1], [-1], [3], [2]]
     with pytest.raises(ValueError, match="lower k"):
-        doc2vec_neighbour_table(vectors, 4)
+        doc2vec_neighbor_table(vectors, 4)
 
 
 def test_proximity_study_ratios_and_smallest_pairs():
@@ -708,7 +708,7 @@ class TinyModel(nn.Module):
         return {"image": image, "text": text}
 
 
-def test_collect_cocos_summarises_every_loss_over_one_pass_with_neighbours():
+def test_collect_cocos_summarises_every_loss_over_one_pass_with_neighbors():
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     n = 12
@@ -719,8 +719,8 @@ def test_collect_cocos_summarises_every_loss_over_one_pass_with_neighbours():
         lengths=np.full(n, 3),
         group_ids=np.arange(n),
     )
-    neighbours = np.array([[(i + 1) % n, (i + 2) % n] for i in range(n)])
-    sampler = BatchSampler(np.arange(n), 4, np.random.default_rng(0), neighbours, "in_batch")
+    neighbors = np.array([[(i + 1) % n, (i + 2) % n] for i in range(n)])
+    sampler = BatchSampler(np.arange(n), 4, np.random.default_rng(0), neighbors, "in_batch")
     losses = [
         build_loss("angular", form="smooth", alpha_degrees=45.0, symmetric=True),
         build_loss("within_modality", form="angular", alpha=0.2, beta=0.3),
@@ -735,7 +735,7 @@ def test_collect_cocos_summarises_every_loss_over_one_pass_with_neighbours():
     assert any(key.startswith("within_") for key in summary["within_modality"])
 
 
-def test_neighbour_tables_show_the_same_topic_share_of_sampled_neighbours():
+def test_neighbor_tables_show_the_same_topic_share_of_sampled_neighbors():
     table = {
         "annoy": {"n_items": 40, "k": 20, "dim": 8, "metric": "angular", "n_trees": 10, "search_k": -1},
         "recall_vs_exact": {"recall_at_k": 0.9, "n_queries": 10},

@@ -1,4 +1,4 @@
-"""Batching of neighbours, the training loop, checkpoints and resume — on tiny synthetic data."""
+"""Batching of neighbors, the training loop, checkpoints and resume — on tiny synthetic data."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def ours_losses():
     return [build_loss("angular"), build_loss("within_modality", form="angular", alpha=0.2, beta=0.3)]
 
 
-def test_in_batch_sampler_pairs_each_anchor_with_a_table_neighbour():
+def test_in_batch_sampler_pairs_each_anchor_with_a_table_neighbor():
     train = np.arange(100, 164)
     table = np.stack([(np.arange(64) + shift) % 64 for shift in (1, 2, 3)], axis=1)
     sampler = BatchSampler(train, 16, np.random.default_rng(0), table, "in_batch")
@@ -62,14 +62,14 @@ def test_in_batch_sampler_pairs_each_anchor_with_a_table_neighbour():
     for batch in batches:
         assert len(batch.rows) == 16 and batch.n_main == 16
         anchors = batch.rows[batch.neighbor_of] - 100
-        neighbours = batch.rows[batch.neighbor_rows] - 100
-        assert all(n in table[a] for a, n in zip(anchors, neighbours, strict=True))
+        neighbors = batch.rows[batch.neighbor_rows] - 100
+        assert all(n in table[a] for a, n in zip(anchors, neighbors, strict=True))
         anchors_seen += anchors.tolist()
     second = [a for b in sampler.epoch() for a in (b.rows[b.neighbor_of] - 100).tolist()]
     assert sorted(anchors_seen + second) == list(range(64)), "every pair is an anchor once every two epochs"
 
 
-def test_extra_rows_sampler_encodes_neighbours_beyond_the_main_batch():
+def test_extra_rows_sampler_encodes_neighbors_beyond_the_main_batch():
     table = np.stack([(np.arange(20) + 1) % 20] * 2, axis=1)
     sampler = BatchSampler(np.arange(20), 10, np.random.default_rng(0), table, "extra_rows")
     batch = next(iter(sampler.epoch()))
@@ -84,7 +84,7 @@ def test_sampler_guards():
         BatchSampler(np.arange(10), 4, np.random.default_rng(0), np.zeros((3, 2), dtype=int))
 
 
-def test_trainer_refuses_neighbour_losses_without_a_table(tmp_path):
+def test_trainer_refuses_neighbor_losses_without_a_table(tmp_path):
     with pytest.raises(ValueError, match="neighbor_source"):
         Trainer(
             tiny_model(), ours_losses(), tiny_data(), np.arange(32), np.arange(32, 40), SETTINGS, 0, tmp_path

@@ -23,7 +23,7 @@ NEAR_DUPLICATE_MIN_JACCARD = 0.85
 #: part of every seed: bump it when the same arguments are meant to give other data
 GENERATOR_VERSION = 1
 
-#: share of topic-word slots filled from a related topic: stories touch neighbouring issues.
+#: share of topic-word slots filled from a related topic: stories touch neighboring issues.
 RELATED_WORD_SHARE = 0.3
 #: how often a lead names what its picture shows; news text seldom describes its photo.
 MOTIF_MENTION_PROBABILITY = 0.2

@@ -218,7 +218,7 @@ TOPIC_VOCAB: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
-#: topic -> topics whose words leak into its texts (news stories touch neighbouring issues).
+#: topic -> topics whose words leak into its texts (news stories touch neighboring issues).
 RELATED_TOPICS: dict[str, tuple[str, ...]] = {
     "abortion": ("healthcare", "same_sex_marriage"),
     "same_sex_marriage": ("abortion", "elections"),

@@ -1,8 +1,8 @@
 """The run report: first a headline comparison of the method against its baseline (paired-bootstrap
 intervals over test items and seeds, and the smallest difference the run could detect), then Thomas &
-Kovashka's Tables 1–4 and Figs. 5–6 with neighbour preservation against k and its chance level, full-ranking
+Kovashka's Tables 1–4 and Figs. 5–6 with neighbor preservation against k and its chance level, full-ranking
 retrieval (Bleeker & de Rijke §3), PR curve, PR-AUC and score distributions (Veit & Wilber §4.3, §4.5), COCOS
-(Bleeker & de Rijke §4–5), significance against the baseline, dataset, dedup and neighbour-table statistics,
+(Bleeker & de Rijke §4–5), significance against the baseline, dataset, dedup and neighbor-table statistics,
 and run metadata — as Markdown, HTML and JSON from one model, with PNG figures beside them.
 
 Why a package: each section lives with its subject in a module of its own; this module re-exports what

@@ -21,7 +21,7 @@ from evaluation.report.qualitative import shown_positions
 #: Figs. 5 and 6 (Thomas & Kovashka §4.4); the Report task hashes these into its output path
 QUALITATIVE = {
     "seed": 0,
-    # exact Doc2Vec neighbours per test item; Eq. 5's k = 200 is meant for a training set, not a test split
+    # exact Doc2Vec neighbors per test item; Eq. 5's k = 200 is meant for a training set, not a test split
     "proximity_k": 10,
     "proximity_pairs": 10_000,
     "proximity_shown": 3,
@@ -29,7 +29,7 @@ QUALITATIVE = {
     "gallery_top_k": 3,
     "snippet_chars": 160,
 }
-#: Doc2Vec neighbour pairs need at least this many test items (an item, a neighbour and a non-neighbour)
+#: Doc2Vec neighbor pairs need at least this many test items (an item, a neighbor and a non-neighbor)
 MIN_PROXIMITY_ITEMS = 3
 
 

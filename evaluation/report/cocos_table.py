@@ -87,7 +87,7 @@ def cocos_section(doc: Document, cocos: list[dict[str, Any]]) -> list[dict[str, 
         table,
         caption=(
             f"Bleeker & de Rijke §4–5: frozen best checkpoint, one pass over the training set in batches of "
-            f"{', '.join(map(str, batch_sizes))} (neighbours sampled as in training), eps = "
+            f"{', '.join(map(str, batch_sizes))} (neighbors sampled as in training), eps = "
             f"{', '.join(map(str, eps))}; mean ± sd over batches. C^q: candidates contributing to a query's "
             "gradient; C^B: their sum over a batch; C^0: queries per batch with no gradient; W^q−, W^q+: "
             "gradient weight of the contributing negatives and of the positive, per query."

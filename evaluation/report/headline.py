@@ -45,7 +45,7 @@ def headline_comparison(
     n_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
     seed: int = HEADLINE_BOOTSTRAP_SEED,
 ) -> dict[str, Any]:
-    """``method`` − ``baseline`` on n-way R@1 (both directions) and neighbour preservation at the headline k.
+    """``method`` − ``baseline`` on n-way R@1 (both directions) and neighbor preservation at the headline k.
 
     Each row is :func:`evaluation.statistics.paired_bootstrap_items_and_seeds` over the runs of the two
     variants: test items resampled with replacement (the same draw for both, so the comparison is paired by
@@ -88,7 +88,7 @@ def headline_comparison(
         (direction, f"{n_way}-way R@1 {direction_label(direction)}", _hits_outcome(direction), {})
         for direction in ("i2t", "t2i")
     ]
-    headline_ks = {r.metrics.get("neighbour_preservation_at_k", {}).get("headline_k") for r in both}
+    headline_ks = {r.metrics.get("neighbor_preservation_at_k", {}).get("headline_k") for r in both}
     for modality in ("image", "text"):
         key = f"preservation_{modality}"
         if len(headline_ks) != 1 or None in headline_ks:
@@ -99,7 +99,7 @@ def headline_comparison(
             result["skipped"].append({"key": key, "reason": "per-sample preservation was not saved"})
             continue
         k = int(next(iter(headline_ks)))
-        chance = both[0].metrics["neighbour_preservation_at_k"]["ks"][str(k)]["chance"]
+        chance = both[0].metrics["neighbor_preservation_at_k"]["ks"][str(k)]["chance"]
         candidates.append(
             (key, f"NP {modality} @k={k}", _preservation_outcome(modality), {"k": k, "chance": chance})
         )
@@ -188,7 +188,7 @@ def headline_section(doc: Document, headline: dict[str, Any]) -> None:
         ],
         caption=(
             "Means over seeds of the mean over test items. n-way R@1: per-query hits averaged over the "
-            "distractor redraws (the same draws for every run). NP: per-sample neighbour preservation at the "
+            "distractor redraws (the same draws for every run). NP: per-sample neighbor preservation at the "
             "headline k (Table 3)"
             + "".join(f"; chance at k = {k} is k/(n−1) = {chance:.4f}" for k, chance in chances.items())
             + ". 'not resolved': the interval contains 0."

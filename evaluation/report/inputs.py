@@ -34,7 +34,7 @@ class VariantRun:
     curves: dict[str, np.ndarray] = field(default_factory=dict)
     #: registry names of the variant's losses, e.g. ["angular", "within_modality"]
     loss_names: list[str] = field(default_factory=list)
-    #: per-sample neighbour preservation at the headline k (metrics["neighbour_preservation_at_k"]
+    #: per-sample neighbor preservation at the headline k (metrics["neighbor_preservation_at_k"]
     #: ["headline_k"]): "image" / "text" -> float [n_test]; empty for an evaluation that did not save it
     preservation: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -66,7 +66,7 @@ class Qualitative:
 
 @dataclass
 class ReportInputs:
-    """Everything one report shows: the runs, the data, split and neighbour-table reports, the tasks' metadata,
+    """Everything one report shows: the runs, the data, split and neighbor-table reports, the tasks' metadata,
     COCOS results, the qualitative figures, and which variants the headline compares."""
 
     title: str

@@ -1,5 +1,5 @@
 """The sections around the results: the run's one-line introduction, training times, the data (validation,
-near-duplicate removal, splits, neighbour tables) and the run metadata of every task.
+near-duplicate removal, splits, neighbor tables) and the run metadata of every task.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def training_and_data_section(
     doc: Document, inputs: ReportInputs, summary: dict[str, dict[str, Any]]
 ) -> None:
     """Training time per method, then the data: validation rejects, near-duplicate removal, splits and the
-    Annoy neighbour tables with their recall against exact search."""
+    Annoy neighbor tables with their recall against exact search."""
     doc.heading("Training")
     runs_of: dict[str, list] = {}
     for run in inputs.runs:
@@ -74,7 +74,7 @@ def training_and_data_section(
     if inputs.splits:
         doc.paragraph("Splits: " + ", ".join(f"{k} {v}" for k, v in sorted(inputs.splits.items())))
     if inputs.neighbor_tables:
-        doc.heading("Neighbour tables (Annoy)")
+        doc.heading("Neighbor tables (Annoy)")
         rows = []
         for space, table in sorted(inputs.neighbor_tables.items()):
             a, r = table["annoy"], table["recall_vs_exact"]
@@ -112,7 +112,7 @@ def training_and_data_section(
                     [space, f"{s['all_k']:.3f}", f"{s['sample_pool']:.3f}", str(s["sample_k"])]
                     for space, s in sorted(shares.items())
                 ],
-                caption="Share of neighbour-table entries whose ground-truth topic is the anchor's: the rate at "
+                caption="Share of neighbor-table entries whose ground-truth topic is the anchor's: the rate at "
                 "which a sampled i′ shares the anchor's topic (uniform over the pool; duplicates skipped).",
             )
 

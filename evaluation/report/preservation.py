@@ -1,4 +1,4 @@
-"""The neighbourhood sections: Table 3 (neighbour preservation at the paper's k and the headline k, beside
+"""The neighborhood sections: Table 3 (neighbor preservation at the paper's k and the headline k, beside
 their chance level), preservation against k with its figure, and topic precision across and within
 modalities.
 """
@@ -19,7 +19,7 @@ PRESERVATION_PNG = "preservation_against_k.png"
 def table_3_section(doc: Document, summary: dict[str, dict[str, Any]]) -> None:
     """Table 3 at the paper's k (capped at n − 1) and at the headline k, each beside its chance level."""
     first = next(iter(summary.values()), None)
-    doc.heading("Table 3 — neighbour preservation")
+    doc.heading("Table 3 — neighbor preservation")
     if not first:
         return
     paper_k = first["preservation_k"]
@@ -43,8 +43,8 @@ def table_3_section(doc: Document, summary: dict[str, dict[str, Any]]) -> None:
         for s in summary.values()
     ]
     caption = (
-        f"Share of each test sample's k nearest Doc2Vec neighbours (among the n = {n} test samples) that are "
-        "also among its k nearest same-modality neighbours in the learned space; mean ± sd over seeds. "
+        f"Share of each test sample's k nearest Doc2Vec neighbors (among the n = {n} test samples) that are "
+        "also among its k nearest same-modality neighbors in the learned space; mean ± sd over seeds. "
         f"k = {paper_k} is the profile's Table 3 k (the paper's 200 in the paper profile; requested "
         f"k = {first['preservation_k_requested']}, capped at n − 1)"
     )
@@ -56,7 +56,7 @@ def table_3_section(doc: Document, summary: dict[str, dict[str, Any]]) -> None:
         )
     caption += (
         ". The chance row is what a random embedding keeps: a random set of k among the n − 1 other samples "
-        "holds each reference neighbour with probability k/(n−1)."
+        "holds each reference neighbor with probability k/(n−1)."
     )
     doc.table(
         ["Method", *[f"{m} @k={k}" for k in shown_ks for m in ("Image", "Text")], "seeds", "losses"],
@@ -68,13 +68,13 @@ def table_3_section(doc: Document, summary: dict[str, dict[str, Any]]) -> None:
 def preservation_against_k_section(
     doc: Document, summary: dict[str, dict[str, Any]], figure_dir: Path | None
 ) -> dict[str, Any]:
-    """Neighbour preservation at every k for every method, with chance and lift; returns the figure's data."""
+    """Neighbor preservation at every k for every method, with chance and lift; returns the figure's data."""
     with_k = {variant: s for variant, s in summary.items() if "preservation_at_k" in s}
     if not with_k:
         return {}
     first = next(iter(with_k.values()))["preservation_at_k"]
     ks = [k for k in first["ks"] if all(k in s["preservation_at_k"]["ks"] for s in with_k.values())]
-    doc.heading("Neighbour preservation against k")
+    doc.heading("Neighbor preservation against k")
     rows = [["chance k/(n−1)", "", *[f"{first['ks'][k]['chance']:.4f}" for k in ks]]]
     for s in with_k.values():
         for modality in ("image", "text"):
@@ -112,7 +112,7 @@ def preservation_against_k_section(
         payload["file"] = f"{FIGURES_DIR}/{PRESERVATION_PNG}"
         doc.image(
             payload["file"],
-            "Neighbour preservation against k (mean over seeds), image and text, one line per method; dashed: "
+            "Neighbor preservation against k (mean over seeds), image and text, one line per method; dashed: "
             "chance k/(n−1).",
         )
     return payload

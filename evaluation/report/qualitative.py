@@ -1,4 +1,4 @@
-"""Figs. 5 and 6 of Thomas & Kovashka (§4.4): the Doc2Vec-neighbour pairs the method keeps closest relative
+"""Figs. 5 and 6 of Thomas & Kovashka (§4.4): the Doc2Vec-neighbor pairs the method keeps closest relative
 to the baseline, and the top retrievals of both for random queries, with each item's text and thumbnail.
 """
 
@@ -28,14 +28,14 @@ def _shown(
 
 
 def proximity_section(doc: Document, q: Qualitative, figure_dir: Path | None) -> dict[str, Any]:
-    """Fig. 5: how much closer the method keeps Doc2Vec-neighbour pairs than the baseline; returns its JSON."""
+    """Fig. 5: how much closer the method keeps Doc2Vec-neighbor pairs than the baseline; returns its JSON."""
     study = q.proximity
     doc.heading("Fig. 5 — semantic proximity: pairs our model keeps closest relative to the baseline")
     if study is None:
-        doc.paragraph("Not computed: the test split is too small for Doc2Vec neighbour pairs.")
+        doc.paragraph("Not computed: the test split is too small for Doc2Vec neighbor pairs.")
         return {}
     doc.paragraph(
-        f"{study['n_pairs']} distinct Doc2Vec-neighbour pairs among test items (each item's {study['k']} exact "
+        f"{study['n_pairs']} distinct Doc2Vec-neighbor pairs among test items (each item's {study['k']} exact "
         f"nearest test items in Doc2Vec space, sampled with a fixed seed) and, for each, the ratio of its "
         f"distance under {q.ours_label} to that under {q.baseline_label} (seed {q.seed}): image–image pairs "
         "with the image embeddings, text–text pairs with the text embeddings. A ratio below 1 means our "

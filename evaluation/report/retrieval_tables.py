@@ -120,7 +120,7 @@ def table_2_section(doc: Document, summary: dict[str, dict[str, Any]]) -> list[s
         N_WAY_COLUMNS,
         _n_way_rows(shown),
         caption="n-way Recall@1 as in Table 1. GT: the ground-truth groups (captions of one image); NNΩ: "
-        "estimated Doc2Vec neighbours (Eq. 5), with the structure constraint in text or image space.",
+        "estimated Doc2Vec neighbors (Eq. 5), with the structure constraint in text or image space.",
     )
     return list(shown)
 

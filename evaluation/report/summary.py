@@ -64,19 +64,19 @@ def summarise_variants(runs: list[VariantRun]) -> dict[str, dict[str, Any]]:
             "t2i": mean_std([x["retrieval"]["t2i"] for x in m]),
             "i2t_redraw_std": float(np.mean([x["retrieval"]["i2t_std"] for x in m])),
             "t2i_redraw_std": float(np.mean([x["retrieval"]["t2i_std"] for x in m])),
-            "preservation_image": mean_std([x["neighbour_preservation"]["image"]["mean"] for x in m]),
-            "preservation_text": mean_std([x["neighbour_preservation"]["text"]["mean"] for x in m]),
-            "preservation_k": m[0]["neighbour_preservation"]["image"]["k_used"],
-            "preservation_k_requested": m[0]["neighbour_preservation"]["image"]["k_requested"],
+            "preservation_image": mean_std([x["neighbor_preservation"]["image"]["mean"] for x in m]),
+            "preservation_text": mean_std([x["neighbor_preservation"]["text"]["mean"] for x in m]),
+            "preservation_k": m[0]["neighbor_preservation"]["image"]["k_used"],
+            "preservation_k_requested": m[0]["neighbor_preservation"]["image"]["k_requested"],
             "n_way": m[0]["retrieval"]["n_way"],
             "redraws": m[0]["retrieval"]["redraws"],
             "n_test": m[0]["retrieval"]["n_queries"],
         }
-        at_k = _preservation_at_k_summary([x.get("neighbour_preservation_at_k") for x in m])
+        at_k = _preservation_at_k_summary([x.get("neighbor_preservation_at_k") for x in m])
         if at_k is not None:
             entry["preservation_at_k"] = at_k
         n_preservation = at_k["n"] if at_k else entry["n_test"]
-        # a random neighbour set keeps k / (n - 1) of the reference neighbours: 1.0 once k is capped at n - 1
+        # a random neighbor set keeps k / (n - 1) of the reference neighbors: 1.0 once k is capped at n - 1
         entry["preservation_chance"] = entry["preservation_k"] / max(n_preservation - 1, 1)
         if all("topic_precision" in x for x in m):
             entry["topic_i2t"] = mean_std([x["topic_precision"]["i2t"] for x in m])

@@ -12,11 +12,11 @@ Keywords (all optional except ``image`` and ``text``; a loss guards the ones it 
     ``LongTensor[B]``; rows with equal ids are positives of each other (e.g. the five captions of one
     COCO image). ``None`` means every row is its own group (``arange(B)``).
 ``neighbor_image``, ``neighbor_text``
-    ``[M, D]`` embeddings of sampled semantic neighbours (the ``i'`` of Eq. 5 of Thomas & Kovashka).
+    ``[M, D]`` embeddings of sampled semantic neighbors (the ``i'`` of Eq. 5 of Thomas & Kovashka).
 ``neighbor_of``
-    ``LongTensor[M]``; row ``m`` of the neighbour tensors is the neighbour of batch row ``neighbor_of[m]``.
+    ``LongTensor[M]``; row ``m`` of the neighbor tensors is the neighbor of batch row ``neighbor_of[m]``.
 ``neighbor_group_ids``
-    ``LongTensor[M]``; group id of each neighbour row, so that a batch row holding the same item is never
+    ``LongTensor[M]``; group id of each neighbor row, so that a batch row holding the same item is never
     used as its negative.
 
 A loss whose ``needs`` holds ``"group_mates"`` only works when batches hold several rows per group (SmoothAP,
@@ -65,12 +65,12 @@ class Loss(nn.Module, Generic[Prepared]):
 
     name: ClassVar[str] = ""
     #: keywords this loss needs besides ``image`` and ``text`` (and ``"group_mates"``); the trainer uses it to
-    #: decide whether neighbours must be sampled and whether batches are filled group by group.
+    #: decide whether neighbors must be sampled and whether batches are filled group by group.
     needs: ClassVar[frozenset[str]] = frozenset()
 
     @property
     def needs_neighbors(self) -> bool:
-        """Whether batches must carry sampled semantic neighbours for this loss."""
+        """Whether batches must carry sampled semantic neighbors for this loss."""
         return not self.needs.isdisjoint(NEIGHBOR_KEYWORDS)
 
     @property

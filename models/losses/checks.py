@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-#: the keywords that carry sampled semantic neighbours (Eq. 5), in the order the input guards name them
+#: the keywords that carry sampled semantic neighbors (Eq. 5), in the order the input guards name them
 NEIGHBOR_KEYWORDS: tuple[str, ...] = ("neighbor_image", "neighbor_text", "neighbor_of")
 
 
@@ -99,8 +99,8 @@ def check_negative_mask(negative_mask: Tensor, num_queries: int, num_candidates:
         )
 
 
-class Neighbours(NamedTuple):
-    """The sampled-neighbour keywords of a batch, after :func:`require_neighbours`."""
+class Neighbors(NamedTuple):
+    """The sampled-neighbor keywords of a batch, after :func:`require_neighbors`."""
 
     image: Tensor
     text: Tensor
@@ -108,33 +108,33 @@ class Neighbours(NamedTuple):
     group_ids: Tensor | None
 
 
-def require_neighbours(image: Tensor, group_ids: Tensor | None, inputs: Mapping[str, Tensor]) -> Neighbours:
-    """Neighbour keywords of ``inputs`` present, ``[M, D]`` in the batch's width and pointing at rows of the
+def require_neighbors(image: Tensor, group_ids: Tensor | None, inputs: Mapping[str, Tensor]) -> Neighbors:
+    """Neighbor keywords of ``inputs`` present, ``[M, D]`` in the batch's width and pointing at rows of the
     batch ``image``; ``group_ids`` are the batch rows' (needed to read ``neighbor_group_ids``)."""
     missing = [name for name in NEIGHBOR_KEYWORDS if inputs.get(name) is None]
     if missing:
         raise LossPreconditionError(
-            f"this loss needs sampled semantic neighbours but got no {', '.join(missing)}: train with a "
-            "neighbor_source (e.g. Doc2Vec neighbours, Eq. 5) so every batch carries neighbor_image, "
+            f"this loss needs sampled semantic neighbors but got no {', '.join(missing)}: train with a "
+            "neighbor_source (e.g. Doc2Vec neighbors, Eq. 5) so every batch carries neighbor_image, "
             "neighbor_text and neighbor_of"
         )
     batch_size, dim = image.shape[0], image.shape[-1]
     neighbor_of, neighbor_group_ids = inputs["neighbor_of"], inputs.get("neighbor_group_ids")
-    num_neighbours = neighbor_of.shape[0]
+    num_neighbors = neighbor_of.shape[0]
     if (
         neighbor_of.dim() != 1
-        or num_neighbours == 0
+        or num_neighbors == 0
         or neighbor_of.dtype.is_floating_point
         or neighbor_of.dtype == torch.bool
     ):
         raise LossPreconditionError(
             f"neighbor_of must be a non-empty 1-D integer index tensor, got {neighbor_of.dtype} "
-            f"{tuple(neighbor_of.shape)}: one batch row index per sampled neighbour"
+            f"{tuple(neighbor_of.shape)}: one batch row index per sampled neighbor"
         )
     for name in ("neighbor_image", "neighbor_text"):
-        if inputs[name].shape != (num_neighbours, dim):
+        if inputs[name].shape != (num_neighbors, dim):
             raise LossPreconditionError(
-                f"{name} has shape {tuple(inputs[name].shape)}, expected ({num_neighbours}, {dim}): one row "
+                f"{name} has shape {tuple(inputs[name].shape)}, expected ({num_neighbors}, {dim}): one row "
                 "per entry of neighbor_of, in the batch's embedding width"
             )
     if int(neighbor_of.min()) < 0 or int(neighbor_of.max()) >= batch_size:
@@ -143,18 +143,18 @@ def require_neighbours(image: Tensor, group_ids: Tensor | None, inputs: Mapping[
             "indices when gathering batches from several processes)"
         )
     if neighbor_group_ids is not None:
-        if neighbor_group_ids.shape != (num_neighbours,):
+        if neighbor_group_ids.shape != (num_neighbors,):
             raise LossPreconditionError(
                 f"neighbor_group_ids has shape {tuple(neighbor_group_ids.shape)}, "
-                f"expected ({num_neighbours},): one group id per neighbour row"
+                f"expected ({num_neighbors},): one group id per neighbor row"
             )
         if group_ids is None:
             raise LossPreconditionError(
                 "neighbor_group_ids was given without group_ids: pass the batch rows' group_ids in the same "
-                "id space, otherwise the neighbour's own batch row cannot be recognised and excluded as a "
+                "id space, otherwise the neighbor's own batch row cannot be recognised and excluded as a "
                 "negative"
             )
-    return Neighbours(inputs["neighbor_image"], inputs["neighbor_text"], neighbor_of, neighbor_group_ids)
+    return Neighbors(inputs["neighbor_image"], inputs["neighbor_text"], neighbor_of, neighbor_group_ids)
 
 
 # ---------------------------------------------------------------------------------------------------- masks
@@ -165,11 +165,11 @@ def different_group_mask(query_groups: Tensor, candidate_groups: Tensor) -> Tens
     return query_groups.unsqueeze(1) != candidate_groups.unsqueeze(0)
 
 
-def neighbour_negative_mask(
+def neighbor_negative_mask(
     group_ids: Tensor, neighbor_of: Tensor, neighbor_group_ids: Tensor | None
 ) -> Tensor:
-    """``[M, B]`` bool: batch row j is a negative for neighbour pair m (Eq. 6-7, i ≠ j): its group is
-    neither the anchor's nor, when known, the neighbour's."""
+    """``[M, B]`` bool: batch row j is a negative for neighbor pair m (Eq. 6-7, i ≠ j): its group is
+    neither the anchor's nor, when known, the neighbor's."""
     mask = group_ids.unsqueeze(0) != group_ids[neighbor_of].unsqueeze(1)
     if neighbor_group_ids is not None:
         mask &= group_ids.unsqueeze(0) != neighbor_group_ids.unsqueeze(1)

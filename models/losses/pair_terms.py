@@ -18,7 +18,7 @@ from torch import Tensor
 from models.losses.checks import (
     COCOS_EPS,
     LossPreconditionError,
-    Neighbours,
+    Neighbors,
     check_choice,
     check_embedding_matrix,
     check_negative_mask,
@@ -26,7 +26,7 @@ from models.losses.checks import (
     contribution_summaries,
     default_group_ids,
     different_group_mask,
-    neighbour_negative_mask,
+    neighbor_negative_mask,
     paired_distance,
     pairwise_distance,
 )
@@ -194,9 +194,9 @@ def cross_modal_pairs(
     return CrossModalPairs(directions, different_group_mask(groups, groups))
 
 
-class NeighbourTerm(NamedTuple):
+class NeighborTerm(NamedTuple):
     """One within-modality term (Eq. 6 for ``text``, Eq. 7 for ``image``): row m pairs anchor m (batch row
-    ``neighbor_of[m]``) with its sampled neighbour; the pool is the batch rows of the modality."""
+    ``neighbor_of[m]``) with its sampled neighbor; the pool is the batch rows of the modality."""
 
     modality: str
     weight: float
@@ -205,33 +205,33 @@ class NeighbourTerm(NamedTuple):
     pool: Tensor
 
 
-class NeighbourPairs(NamedTuple):
+class NeighborPairs(NamedTuple):
     """The two within-modality terms and their shared ``[M, B]`` valid-negative mask."""
 
-    terms: list[NeighbourTerm]
+    terms: list[NeighborTerm]
     negative_mask: Tensor
 
 
-def neighbour_pairs(
+def neighbor_pairs(
     image: Tensor,
     text: Tensor,
-    neighbours: Neighbours,
+    neighbors: Neighbors,
     group_ids: Tensor | None,
     text_weight: float,
     image_weight: float,
-) -> NeighbourPairs:
-    """The text (α, Eq. 6) and image (β, Eq. 7) terms of already guarded neighbours."""
+) -> NeighborPairs:
+    """The text (α, Eq. 6) and image (β, Eq. 7) terms of already guarded neighbors."""
     groups = default_group_ids(group_ids, image.shape[0], image.device)
-    mask = neighbour_negative_mask(groups, neighbours.of, neighbours.group_ids)
+    mask = neighbor_negative_mask(groups, neighbors.of, neighbors.group_ids)
     terms = [
-        NeighbourTerm("text", text_weight, text[neighbours.of], neighbours.text, text),
-        NeighbourTerm("image", image_weight, image[neighbours.of], neighbours.image, image),
+        NeighborTerm("text", text_weight, text[neighbors.of], neighbors.text, text),
+        NeighborTerm("image", image_weight, image[neighbors.of], neighbors.image, image),
     ]
-    return NeighbourPairs(terms, mask)
+    return NeighborPairs(terms, mask)
 
 
-def neighbour_contributions(
-    pairs: NeighbourPairs, count: Callable[[NeighbourTerm, Tensor], Tensor]
+def neighbor_contributions(
+    pairs: NeighborPairs, count: Callable[[NeighborTerm, Tensor], Tensor]
 ) -> dict[str, Tensor]:
     """COCOS of each within-modality term, keyed ``within_text`` / ``within_image``, from
     ``count(term, negative_mask)``; a switched-off term (weight 0, the Table 4 ablations) sends no gradient

@@ -1,6 +1,6 @@
-"""PVSE+Ours (Thomas & Kovashka, Table 1): the within-modality semantic-neighbourhood constraints of Eq. 6
+"""PVSE+Ours (Thomas & Kovashka, Table 1): the within-modality semantic-neighborhood constraints of Eq. 6
 (text) and Eq. 7 (image) on PVSE's multiple-instance similarity. A PVSE+Ours variant lists this loss next
-to ``pvse_mil`` (model ``pvse``, text neighbours), as "Ours" lists ``within_modality`` next to ``angular``.
+to ``pvse_mil`` (model ``pvse``, text neighbors), as "Ours" lists ``within_modality`` next to ``angular``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from torch import Tensor
 
 from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
 from models.losses.checks import (
-    Neighbours,
+    Neighbors,
     check_choice,
     check_multi_embeddings,
     check_pair_embeddings,
@@ -20,10 +20,10 @@ from models.losses.checks import (
 )
 from models.losses.pair_terms import (
     NEGATIVE_MODES,
-    NeighbourPairs,
-    NeighbourTerm,
-    neighbour_contributions,
-    neighbour_pairs,
+    NeighborPairs,
+    NeighborTerm,
+    neighbor_contributions,
+    neighbor_pairs,
 )
 
 
@@ -57,11 +57,11 @@ def within_modality_hinge(
     """Mean over anchors of ``[margin + s(a, n) - s(a, p)]_+`` with ``s`` the MIL similarity, reduced over the
     valid negatives ``n`` by their maximum ("hardest") or their sum ("all", the N-pairs sum of Eq. 3).
 
-    ``anchors``/``positives`` are ``[M, K, D]`` (row m: an anchor and its sampled neighbour), ``candidates``
+    ``anchors``/``positives`` are ``[M, K, D]`` (row m: an anchor and its sampled neighbor), ``candidates``
     ``[B, K, D]`` the batch rows, ``valid_negative`` ``[M, B]`` bool. Anchors without a valid negative add 0.
     """
     if anchors.shape[0] == 0:
-        return candidates.sum() * 0.0  # keeps the graph so a batch without neighbours still backpropagates
+        return candidates.sum() * 0.0  # keeps the graph so a batch without neighbors still backpropagates
     violations = within_modality_violations(anchors, positives, candidates, margin).clamp(min=0)
     violations = violations.masked_fill(~valid_negative, 0.0)
     per_anchor = violations.amax(dim=1) if negatives == "hardest" else violations.sum(dim=1)
@@ -84,18 +84,18 @@ def within_modality_contributions(
 
 
 @register_loss("pvse_within_modality")
-class PvseWithinModality(Loss[NeighbourPairs]):
+class PvseWithinModality(Loss[NeighborPairs]):
     """``alpha * L_text + beta * L_img`` (Thomas & Kovashka Eq. 6-8) on PVSE's multiple-instance similarity.
 
-    For row m of the neighbour tensors, the anchor is batch row ``i = neighbor_of[m]`` and the positive its
-    sampled semantic neighbour ``i'`` (Eq. 5): ``neighbor_text[m]`` for L_text (Eq. 6) and ``neighbor_image[m]``
+    For row m of the neighbor tensors, the anchor is batch row ``i = neighbor_of[m]`` and the positive its
+    sampled semantic neighbor ``i'`` (Eq. 5): ``neighbor_text[m]`` for L_text (Eq. 6) and ``neighbor_image[m]``
     for L_img (Eq. 7). Negatives are the batch rows of the same modality whose group differs from both the
-    anchor's and the neighbour's (``neighbor_group_ids``), so the neighbour's own row is never a negative.
+    anchor's and the neighbor's (``neighbor_group_ids``), so the neighbor's own row is never a negative.
 
     Why a hinge on the MIL similarity rather than the angular loss of Eq. 6-7 on the best-matching pair:
     a PVSE instance is a *set* of K embeddings compared by ``max_{k,l}`` (the score retrieval ranks by and
-    the PVSE ranking terms use). The hinge constrains exactly that score, so "neighbours stay closer than
-    non-neighbours" holds in the similarity the model is evaluated with. The angular form needs single
+    the PVSE ranking terms use). The hinge constrains exactly that score, so "neighbors stay closer than
+    non-neighbors" holds in the similarity the model is evaluated with. The angular form needs single
     points: picking the max-pair embeddings of anchor and positive leaves no principled choice of which of
     the negative's K embeddings to compare with their centre ``C_i``, and the result would constrain a
     geometry (distances to ``C_i``) that retrieval never reads. The hinge is the paper's triplet variant
@@ -138,14 +138,14 @@ class PvseWithinModality(Loss[NeighbourPairs]):
         neighbor_group_ids: Tensor | None = None,
         group_ids: Tensor | None = None,
         **_: Tensor,
-    ) -> NeighbourPairs:
+    ) -> NeighborPairs:
         """Guards, then the text (Eq. 6) and image (Eq. 7) terms and their ``[M, B]`` valid-negative mask.
-        Unlike ``within_modality`` it takes ``[M, K, D]`` sets and an empty neighbour set (a batch whose
-        anchors drew no neighbour)."""
+        Unlike ``within_modality`` it takes ``[M, K, D]`` sets and an empty neighbor set (a batch whose
+        anchors drew no neighbor)."""
         if neighbor_image is None or neighbor_text is None or neighbor_of is None:
             raise LossPreconditionError(
                 "pvse_within_modality needs neighbor_image, neighbor_text [M, K, D] and neighbor_of [M]: sample "
-                "semantic neighbours (Eq. 5) for the batch and encode them with the PVSE model"
+                "semantic neighbors (Eq. 5) for the batch and encode them with the PVSE model"
             )
         check_multi_embeddings("image", image)
         check_multi_embeddings("text", text)
@@ -167,10 +167,10 @@ class PvseWithinModality(Loss[NeighbourPairs]):
             raise LossPreconditionError(
                 f"neighbor_group_ids must have shape ({num_neighbors},), got {tuple(neighbor_group_ids.shape)}"
             )
-        neighbours = Neighbours(neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids)
-        return neighbour_pairs(image, text, neighbours, group_ids, self.alpha, self.beta)
+        neighbors = Neighbors(neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids)
+        return neighbor_pairs(image, text, neighbors, group_ids, self.alpha, self.beta)
 
-    def compute(self, pairs: NeighbourPairs) -> LossOutput:
+    def compute(self, pairs: NeighborPairs) -> LossOutput:
         return {
             f"{term.modality}_within_modality_loss": term.weight
             * within_modality_hinge(
@@ -184,15 +184,15 @@ class PvseWithinModality(Loss[NeighbourPairs]):
             for term in pairs.terms
         }
 
-    def contributions(self, pairs: NeighbourPairs) -> dict[str, Tensor]:
-        """COCOS per neighbour pair, keyed ``within_text`` / ``within_image`` as ``within_modality`` reports
-        it. A batch without neighbour pairs has no queries for this loss and reports nothing (an empty count
+    def contributions(self, pairs: NeighborPairs) -> dict[str, Tensor]:
+        """COCOS per neighbor pair, keyed ``within_text`` / ``within_image`` as ``within_modality`` reports
+        it. A batch without neighbor pairs has no queries for this loss and reports nothing (an empty count
         would have no per-query mean)."""
         if pairs.negative_mask.shape[0] == 0:
             return {}
-        return neighbour_contributions(pairs, self._count)
+        return neighbor_contributions(pairs, self._count)
 
-    def _count(self, term: NeighbourTerm, negative_mask: Tensor) -> Tensor:
+    def _count(self, term: NeighborTerm, negative_mask: Tensor) -> Tensor:
         return within_modality_contributions(
             term.anchors, term.positives, term.pool, negative_mask, self.within_margin, self.negatives
         )

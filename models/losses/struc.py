@@ -1,11 +1,11 @@
 """Structure-preserving constraint of Wang, Li & Lazebnik (CVPR 2016, "Learning Deep Structure-Preserving
-Image-Text Embeddings", its within-view neighbourhood terms): the "Struc" baseline of Table 2 of
+Image-Text Embeddings", its within-view neighborhood terms): the "Struc" baseline of Table 2 of
 Thomas & Kovashka.
 
 Within one space S (text or image embeddings): for every anchor a, every member p of a's group (p ≠ a) and
 every non-member n, [m + d(a,p) − d(a,n)]_+. Wang et al. keep only the top-K violating negatives per
 (a, p); ``top_k=None`` sums over all of them. Groups are either ground truth (``group_ids``: several
-captions of one image) or estimated: the group of batch row i is {i, its sampled neighbour}.
+captions of one image) or estimated: the group of batch row i is {i, its sampled neighbor}.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from models.losses.checks import (
     check_pair_embeddings,
     contribution_summary,
     default_group_ids,
-    neighbour_negative_mask,
+    neighbor_negative_mask,
     paired_distance,
     pairwise_distance,
-    require_neighbours,
+    require_neighbors,
 )
 
 SPACES = ("text", "image")
@@ -60,8 +60,8 @@ def structure_contributions(violations: Tensor, top_k: int | None) -> Tensor:
 @register_loss("struc")
 class Struc(Loss[Tensor]):
     """Structure-preserving loss in one space (``space``), the mean over (anchor, group mate) pairs, times
-    ``weight``. ``group_source="neighbors"`` needs the sampled-neighbour keywords; it then uses both
-    (batch row, neighbour) and (neighbour, batch row) as anchor-positive pairs, negatives being batch rows
+    ``weight``. ``group_source="neighbors"`` needs the sampled-neighbor keywords; it then uses both
+    (batch row, neighbor) and (neighbor, batch row) as anchor-positive pairs, negatives being batch rows
     outside both their groups.
     """
 
@@ -87,7 +87,7 @@ class Struc(Loss[Tensor]):
         self.top_k = top_k
         self.distance = distance
         if group_source == "neighbors":
-            # per instance: only this configuration makes the trainer sample neighbours
+            # per instance: only this configuration makes the trainer sample neighbors
             self.needs = frozenset(NEIGHBOR_KEYWORDS)
         else:
             self.needs = frozenset({"group_mates"})
@@ -102,17 +102,17 @@ class Struc(Loss[Tensor]):
         groups = default_group_ids(group_ids, embeddings.shape[0], embeddings.device)
         if self.group_source == "ground_truth":
             return self._ground_truth_violations(embeddings, groups)
-        sampled = require_neighbours(image, group_ids, inputs)
-        neighbours = sampled.text if self.space == "text" else sampled.image
-        check_embedding_matrix(f"neighbor_{self.space}", neighbours, unit_norm=self.distance == "cosine")
-        mask = neighbour_negative_mask(groups, sampled.of, sampled.group_ids)
-        anchor_to_positive = paired_distance(embeddings[sampled.of], neighbours, self.distance)
+        sampled = require_neighbors(image, group_ids, inputs)
+        neighbors = sampled.text if self.space == "text" else sampled.image
+        check_embedding_matrix(f"neighbor_{self.space}", neighbors, unit_norm=self.distance == "cosine")
+        mask = neighbor_negative_mask(groups, sampled.of, sampled.group_ids)
+        anchor_to_positive = paired_distance(embeddings[sampled.of], neighbors, self.distance)
         batch_to_pool = pairwise_distance(embeddings, embeddings, self.distance)[sampled.of]
-        neighbour_to_pool = pairwise_distance(neighbours, embeddings, self.distance)
+        neighbor_to_pool = pairwise_distance(neighbors, embeddings, self.distance)
         return torch.cat(
             [
                 structure_violations(anchor_to_positive, batch_to_pool, mask, self.margin),
-                structure_violations(anchor_to_positive, neighbour_to_pool, mask, self.margin),
+                structure_violations(anchor_to_positive, neighbor_to_pool, mask, self.margin),
             ]
         )
 
@@ -125,7 +125,7 @@ class Struc(Loss[Tensor]):
                 "Struc with group_source='ground_truth' found no two batch rows sharing a group id, so there "
                 "is no structure to preserve: batch several captions per image (repeated group_ids, e.g. a "
                 "sampler drawing k captions of each image) or use group_source='neighbors' with sampled "
-                "neighbours"
+                "neighbors"
             )
         distances = pairwise_distance(embeddings, embeddings, self.distance)
         # the anchor-positive distance is taken row-wise so identical mates give exactly 0

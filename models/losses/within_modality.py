@@ -1,9 +1,9 @@
-"""Within-modality semantic-neighbourhood constraints of Thomas & Kovashka (ECCV 2020): L_text (Eq. 6) and
+"""Within-modality semantic-neighborhood constraints of Thomas & Kovashka (ECCV 2020): L_text (Eq. 6) and
 L_img (Eq. 7) in N-pair form, weighted by α and β as in Eq. 8.
 
-For sampled neighbour row m of batch row i = ``neighbor_of[m]``: anchor text_i (image_i), positive the
-neighbour's text (image), negatives every batch row j of the same modality that belongs neither to i's
-group nor to the neighbour's group (so the neighbour item, when it is also in the batch, is no negative).
+For sampled neighbor row m of batch row i = ``neighbor_of[m]``: anchor text_i (image_i), positive the
+neighbor's text (image), negatives every batch row j of the same modality that belongs neither to i's
+group nor to the neighbor's group (so the neighbor item, when it is also in the batch, is no negative).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from models.losses.checks import (
     check_choice,
     check_embedding_matrix,
     check_pair_embeddings,
-    require_neighbours,
+    require_neighbors,
 )
 from models.losses.pair_terms import (
     ANGULAR_FORMS,
-    NeighbourPairs,
-    NeighbourTerm,
+    NeighborPairs,
+    NeighborTerm,
     angular_npair_contributions,
     angular_npair_terms,
-    neighbour_contributions,
-    neighbour_pairs,
+    neighbor_contributions,
+    neighbor_pairs,
     tan_squared,
     triplet_contributions,
     triplet_terms,
@@ -40,13 +40,13 @@ PAPER_WEIGHTS: dict[str, dict[str, float]] = {
 
 
 @register_loss("within_modality")
-class WithinModality(Loss[NeighbourPairs]):
-    """α·L_text + β·L_img (Eq. 6-8): pull each item's sampled semantic neighbour close in both modalities.
+class WithinModality(Loss[NeighborPairs]):
+    """α·L_text + β·L_img (Eq. 6-8): pull each item's sampled semantic neighbor close in both modalities.
 
     ``form="angular"`` uses the angular N-pair term (``angular_form`` smooth/hinge, ``alpha_degrees``) as
     in "Ours (Ang)"; ``form="triplet"`` the all-negatives triplet term (``margin``, ``distance``) as in
     "Ours (Trip)". ``alpha``/``beta`` default to the paper's values for the form (``PAPER_WEIGHTS``).
-    Each term is the mean over the neighbour pairs.
+    Each term is the mean over the neighbor pairs.
     """
 
     needs = frozenset(NEIGHBOR_KEYWORDS)
@@ -86,20 +86,20 @@ class WithinModality(Loss[NeighbourPairs]):
 
     def prepare(
         self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **inputs: Tensor
-    ) -> NeighbourPairs:
+    ) -> NeighborPairs:
         check_pair_embeddings(image, text)
-        neighbours = require_neighbours(image, group_ids, inputs)
+        neighbors = require_neighbors(image, group_ids, inputs)
         unit_norm = self._unit_norm_needed()
         for name, value in (
             ("image", image),
             ("text", text),
-            ("neighbor_image", neighbours.image),
-            ("neighbor_text", neighbours.text),
+            ("neighbor_image", neighbors.image),
+            ("neighbor_text", neighbors.text),
         ):
             check_embedding_matrix(name, value, unit_norm=unit_norm)
-        return neighbour_pairs(image, text, neighbours, group_ids, self.alpha, self.beta)
+        return neighbor_pairs(image, text, neighbors, group_ids, self.alpha, self.beta)
 
-    def compute(self, pairs: NeighbourPairs) -> LossOutput:
+    def compute(self, pairs: NeighborPairs) -> LossOutput:
         losses: LossOutput = {}
         for term in pairs.terms:
             if self.form == "angular":
@@ -124,10 +124,10 @@ class WithinModality(Loss[NeighbourPairs]):
             losses[f"within_{term.modality}_loss"] = term.weight * terms.mean()
         return losses
 
-    def contributions(self, pairs: NeighbourPairs) -> dict[str, Tensor]:
-        return neighbour_contributions(pairs, self._count)
+    def contributions(self, pairs: NeighborPairs) -> dict[str, Tensor]:
+        return neighbor_contributions(pairs, self._count)
 
-    def _count(self, term: NeighbourTerm, negative_mask: Tensor) -> Tensor:
+    def _count(self, term: NeighborTerm, negative_mask: Tensor) -> Tensor:
         if self.form == "angular":
             return angular_npair_contributions(
                 term.anchors,

@@ -1,5 +1,5 @@
 """Features of an image trunk over the image cache: the frozen-trunk training input and the space of the
-image neighbours (Ours (Img NNs)).
+image neighbors (Ours (Img NNs)).
 """
 
 from __future__ import annotations

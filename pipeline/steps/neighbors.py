@@ -1,4 +1,4 @@
-"""k-nearest-neighbour tables over train items with Annoy (the Ψ of Eq. 5), and their recall against exact
+"""k-nearest-neighbor tables over train items with Annoy (the Ψ of Eq. 5), and their recall against exact
 search.
 """
 
@@ -13,7 +13,7 @@ from annoy import AnnoyIndex
 ANNOY_METRIC = "angular"  # cosine distance: Doc2Vec and CNN features are compared by direction
 
 
-#: neighbours closer than this (Annoy's angular distance, sqrt(2 - 2 cos); cos > 0.9999995) are duplicates of
+#: neighbors closer than this (Annoy's angular distance, sqrt(2 - 2 cos); cos > 0.9999995) are duplicates of
 #: the anchor: float32 rounding puts an exact copy at up to ~4e-4, never at 0
 DUPLICATE_DISTANCE = 1e-3
 
@@ -21,7 +21,7 @@ DUPLICATE_DISTANCE = 1e-3
 @dataclass
 class NeighborTable:
     neighbors: np.ndarray  # int32 [N, k]: row i -> rows of its k nearest other rows, nearest first
-    distances: np.ndarray  # float32 [N, k]: angular distance sqrt(2 - 2 cos) of each listed neighbour
+    distances: np.ndarray  # float32 [N, k]: angular distance sqrt(2 - 2 cos) of each listed neighbor
     settings: dict
 
 
@@ -45,7 +45,7 @@ def annoy_neighbor_table(
     vectors = np.asarray(vectors, dtype=np.float32)
     n = len(vectors)
     if n < 2:
-        raise ValueError(f"need at least 2 items to build a neighbour table, got {n}")
+        raise ValueError(f"need at least 2 items to build a neighbor table, got {n}")
     k_used = min(k, n - 1)
     index = build_annoy_index(vectors, n_trees, seed)
     table = np.empty((n, k_used), dtype=np.int32)
@@ -74,7 +74,7 @@ def annoy_neighbor_table(
 
 
 def angular_distances(vectors: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """``[N, k]`` Annoy-style angular distance sqrt(2 - 2 cos) from each row to its listed neighbours."""
+    """``[N, k]`` Annoy-style angular distance sqrt(2 - 2 cos) from each row to its listed neighbors."""
     vectors = np.asarray(vectors, dtype=np.float64)
     unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     cosine = np.einsum("nd,nkd->nk", unit, unit[table])
@@ -82,20 +82,20 @@ def angular_distances(vectors: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 
 def sampling_pool(neighbors: np.ndarray, distances: np.ndarray, sample_k: int | None) -> np.ndarray:
-    """``[N, s]`` the neighbours i' is drawn from (Eq. 5 as the authors' released code samples it): the first
-    ``sample_k`` neighbours of each row that are not duplicates of it (distance > ``DUPLICATE_DISTANCE``).
+    """``[N, s]`` the neighbors i' is drawn from (Eq. 5 as the authors' released code samples it): the first
+    ``sample_k`` neighbors of each row that are not duplicates of it (distance > ``DUPLICATE_DISTANCE``).
 
-    ``sample_k=None`` keeps every listed neighbour (uniform over all k, the paper's text). A row with fewer
+    ``sample_k=None`` keeps every listed neighbor (uniform over all k, the paper's text). A row with fewer
     than ``sample_k`` non-duplicates repeats them cyclically (so sampling stays uniform over them); a row
-    whose every neighbour is a duplicate keeps its first ``sample_k`` neighbours as they are.
+    whose every neighbor is a duplicate keeps its first ``sample_k`` neighbors as they are.
     """
     neighbors = np.asarray(neighbors)
     if neighbors.shape != np.shape(distances):
-        raise ValueError(f"neighbours {neighbors.shape} and distances {np.shape(distances)} must match")
+        raise ValueError(f"neighbors {neighbors.shape} and distances {np.shape(distances)} must match")
     if sample_k is None:
         return neighbors
     if sample_k < 1:
-        raise ValueError(f"sample_k must be a positive number of neighbours or None, got {sample_k}")
+        raise ValueError(f"sample_k must be a positive number of neighbors or None, got {sample_k}")
     width = min(sample_k, neighbors.shape[1])
     pool = np.empty((len(neighbors), width), dtype=neighbors.dtype)
     for row, (listed, gaps) in enumerate(zip(neighbors, distances, strict=True)):

@@ -26,7 +26,7 @@ from pipeline.tasks.training import (
     load_trained_model,
 )
 
-#: batches are drawn with this seed for every variant, so variants without neighbours see the same batches
+#: batches are drawn with this seed for every variant, so variants without neighbors see the same batches
 COCOS_SEED = 0
 
 
@@ -40,7 +40,7 @@ def frozen_model_batches(
     mask_neighbor_pairs: bool = True,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """The loss keywords of each batch of one pass of ``sampler`` (an epoch of training-size batches,
-    neighbours sampled as in training) through the frozen ``model`` (eval mode: no dropout, no flips). The
+    neighbors sampled as in training) through the frozen ``model`` (eval mode: no dropout, no flips). The
     model may give ``[B, D]`` or, as PVSE does, ``[B, K, D]`` embeddings (each loss reads what it was trained
     on). Lazy: nothing runs, and the model is not switched to eval mode, until the first batch is asked for.
     """
@@ -100,7 +100,7 @@ class Cocos(VariantParams, DatasetParams, HashedTask):
         if any(loss.needs_neighbors for loss in losses):
             if "neighbors" not in inputs:
                 raise ValueError(
-                    f"variant {self.variant!r} has a loss that needs semantic neighbours but no neighbor_source"
+                    f"variant {self.variant!r} has a loss that needs semantic neighbors but no neighbor_source"
                 )
             neighbors = inputs["neighbors"].sampling_pool(train_positions, self.settings.neighbors.sample_k)
         model, best_epoch = load_trained_model(inputs, data)

@@ -24,7 +24,10 @@ from data_recipes.manifest import check_manifest_columns, resolve_image_paths
 from data_recipes.validate import enforce_reject_budget, make_rejects, reject_counts, validate_records
 from pipeline.base import HashedTask
 from pipeline.io import read_json, save_frame, write_json
-from pipeline.steps.dedup import DedupIndex, dedup_precision_recall, deduplicate_into
+from pipeline.steps.dedup import deduplicate_into
+from pipeline.steps.dedup_quality import dedup_precision_recall
+from pipeline.steps.lsh_index import DedupIndex
+from pipeline.steps.lsh_store import load_dedup_index, save_dedup_index
 from pipeline.steps.splits import SPLIT_SALT, assign_splits
 from pipeline.tasks.params import DatasetParams
 
@@ -248,14 +251,14 @@ class Deduplicate(ManifestTask, DatasetParams, HashedTask):
             index = DedupIndex(settings["threshold"], settings["num_perm"])
             kept_before: set[str] = set()
         else:
-            index = DedupIndex.load(previous.output_path("index"))
+            index = load_dedup_index(previous.output_path("index"))
             kept_before = set(previous.manifest()["pair_id"])
         is_new = ~manifest["pair_id"].isin(set(index.pair_ids))
         result = deduplicate_into(index, manifest[is_new], settings["shingle_size"])
         kept_ids = kept_before | set(result.kept["pair_id"])
         kept = manifest[manifest["pair_id"].isin(kept_ids)].reset_index(drop=True)
         save_frame(self.work_path(work_dir, "manifest"), kept)
-        index.save(self.work_path(work_dir, "index"))
+        save_dedup_index(index, self.work_path(work_dir, "index"))
         clusters = index.clusters()
         report = {
             **result.report,

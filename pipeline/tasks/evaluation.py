@@ -1,7 +1,7 @@
 """The Evaluate task: encode one trained variant's test split and write every metric of it.
 
 Why the task holds only loading, encoding and writing: the metrics themselves are computed from arrays by
-:func:`evaluation.evaluate.evaluate_test_split` (n-way retrieval, neighbour preservation, topic precision,
+:func:`evaluation.evaluate.evaluate_test_split` (n-way retrieval, neighbor preservation, topic precision,
 full ranking and calibration), which tests can call without training a model. The fixed protocol behind
 them (:data:`evaluation.protocol.EVAL_SEED`, :data:`evaluation.protocol.FULL_EVAL`) is hashed into the
 task's output path.
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.evaluate import HEADLINE_PRESERVATION, evaluate_test_split, topics_of_pairs
-from evaluation.protocol import EVAL_SEED, FULL_EVAL
+from evaluation.protocol import EVAL_SEED, FULL_EVAL, METRICS_SCHEMA
 from models.training import encode_pairs
 from pipeline.base import HashedTask
 from pipeline.io import save_array, write_json
@@ -59,7 +59,12 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
         }
 
     def config(self) -> dict[str, Any]:
-        return {"eval": self.settings.section("eval"), "eval_seed": EVAL_SEED, "full_eval": FULL_EVAL}
+        return {
+            "eval": self.settings.section("eval"),
+            "eval_seed": EVAL_SEED,
+            "full_eval": FULL_EVAL,
+            "metrics_schema": METRICS_SCHEMA,
+        }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = self.requires()

@@ -1,4 +1,5 @@
-"""Parameters shared by every task that depends on the dataset (passed down with ``Task.clone``)."""
+"""Parameters shared by tasks (passed down with ``Task.clone``): the dataset's, by every task that depends on
+the dataset, and the grid's (variants, seeds, overrides), by the Report and FullRun."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ from typing import Any
 
 import luigi
 from luigi.freezing import recursively_unfreeze
+
+from data_recipes import CAPTION_GROUP_RECIPES
+from pipeline.profiles import get_profile
+from pipeline.variants import paper_grid
 
 
 class DatasetParams:
@@ -42,3 +47,33 @@ class DatasetParams:
         if self.dataset == "embedded":
             options.setdefault("seed", self.data_seed)
         return options
+
+
+class GridParams:
+    variants = luigi.ListParameter(
+        default=[],
+        description="variants to train and compare (default: the paper's grid for the dataset, see "
+        "pipeline.variants.paper_grid)",
+    )
+    seeds = luigi.ListParameter(
+        default=[],
+        description="training seeds of every variant (default: the profile's, which gives the headline's "
+        "baseline and method several seeds)",
+    )
+    variant_overrides = luigi.DictParameter(
+        default={}, description='per-variant loss changes: {"ours": {"within_modality": {"alpha": 0.5}}}'
+    )
+
+    def seeds_for(self, variant: str) -> list[int]:
+        """``--seeds`` when given, else the profile's seeds for ``variant``."""
+        return [int(s) for s in self.seeds] or list(get_profile(self.profile).seeds_for(variant))
+
+    def seed_plan(self) -> dict[str, list[int]]:
+        return {variant: self.seeds_for(variant) for variant in self.variant_names()}
+
+    def overrides_for(self, variant: str) -> dict[str, Any]:
+        return recursively_unfreeze(self.variant_overrides).get(variant, {})
+
+    def variant_names(self) -> list[str]:
+        """``variants``, or Tables 1 and 4 (plus Table 2 for a dataset with several captions per image)."""
+        return list(self.variants) or list(paper_grid(self.dataset in CAPTION_GROUP_RECIPES))

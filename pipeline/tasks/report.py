@@ -1,8 +1,7 @@
-"""The report of a FullRun, and FullRun itself (``luigi --module pipeline FullRun``)."""
+"""The report of a FullRun: every evaluation of the grid read into one Markdown, HTML and JSON document."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,6 @@ import luigi
 import numpy as np
 from luigi.freezing import recursively_unfreeze
 
-from data_recipes import CAPTION_GROUP_RECIPES
 from evaluation.document import Document
 from evaluation.evaluate import HEADLINE_PRESERVATION
 from evaluation.gallery import write_thumbnails
@@ -29,49 +27,16 @@ from evaluation.report import (
 )
 from pipeline.base import HashedTask
 from pipeline.io import library_versions, save_text, write_json
-from pipeline.profiles import get_profile
 from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, Split, integer_group_ids
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import DatasetParams
+from pipeline.tasks.params import DatasetParams, GridParams
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec
 from pipeline.tasks.search_index import SearchIndex
 from pipeline.tasks.training import Train
-from pipeline.validation import RunConfigurationError, check_gpu_fit, check_run_names, exit_or_raise
-from pipeline.variants import paper_grid
 
 #: the headline, the significance table and Figs. 5–6 compare this method with this baseline
 HEADLINE_METHOD, HEADLINE_BASELINE = OURS_VARIANT, BASELINE_VARIANT
-
-
-class GridParams:
-    variants = luigi.ListParameter(
-        default=[],
-        description="variants to train and compare (default: the paper's grid for the dataset, see "
-        "pipeline.variants.paper_grid)",
-    )
-    seeds = luigi.ListParameter(
-        default=[],
-        description="training seeds of every variant (default: the profile's, which gives the headline's "
-        "baseline and method several seeds)",
-    )
-    variant_overrides = luigi.DictParameter(
-        default={}, description='per-variant loss changes: {"ours": {"within_modality": {"alpha": 0.5}}}'
-    )
-
-    def seeds_for(self, variant: str) -> list[int]:
-        """``--seeds`` when given, else the profile's seeds for ``variant``."""
-        return [int(s) for s in self.seeds] or list(get_profile(self.profile).seeds_for(variant))
-
-    def seed_plan(self) -> dict[str, list[int]]:
-        return {variant: self.seeds_for(variant) for variant in self.variant_names()}
-
-    def overrides_for(self, variant: str) -> dict[str, Any]:
-        return recursively_unfreeze(self.variant_overrides).get(variant, {})
-
-    def variant_names(self) -> list[str]:
-        """``variants``, or Tables 1 and 4 (plus Table 2 for a dataset with several captions per image)."""
-        return list(self.variants) or list(paper_grid(self.dataset in CAPTION_GROUP_RECIPES))
 
 
 def all_upstream(task: luigi.Task) -> list[HashedTask]:
@@ -89,7 +54,7 @@ def all_upstream(task: luigi.Task) -> list[HashedTask]:
 
 
 def load_headline_preservation(evaluation: Evaluate) -> dict[str, np.ndarray]:
-    """Evaluate's per-sample neighbour preservation at the headline k, by modality (those it saved)."""
+    """Evaluate's per-sample neighbor preservation at the headline k, by modality (those it saved)."""
     arrays = {
         modality: evaluation.load(name, missing_ok=True) for modality, name in HEADLINE_PRESERVATION.items()
     }
@@ -230,7 +195,7 @@ class Report(GridParams, DatasetParams, HashedTask):
         cocos = [{"label": task.variant_spec()["label"], **task.load("cocos")} for task in req["cocos"]]
         tasks = [task_row(task) for task in all_upstream(self) if task is not self]
         inputs = ReportInputs(
-            title=f"Crossmodal neighbourhoods — {self.dataset} ({self.profile})",
+            title=f"Crossmodal neighborhoods — {self.dataset} ({self.profile})",
             runs=runs,
             dataset=req["prepared"].load("report"),
             dedup=req["dedup"].load("report"),
@@ -275,42 +240,4 @@ def search_section(document: Document, search_index: SearchIndex) -> str:
     document.code(command)
     return command
 
-
-class FullRun(GridParams, DatasetParams, luigi.WrapperTask):
-    """The whole pipeline: data -> dedup -> split -> Doc2Vec, word vectors, CNN features, k-NN tables ->
-    every variant trained and evaluated -> report. Prints where the report is.
-    """
-
-    run_root = luigi.Parameter(default="runs", significant=False)
-    profile = luigi.Parameter(default="demo")
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        try:
-            overrides = recursively_unfreeze(self.variant_overrides)
-            check_run_names(self.profile, self.dataset, self.variants, overrides)
-            check_gpu_fit(self.profile, self.variant_names(), overrides)
-        except RunConfigurationError as error:
-            exit_or_raise(error)
-
-    def requires(self) -> Report:
-        return self.clone(Report)
-
-    def report_path(self) -> Path:
-        return self.requires().output_path("markdown")
-
-
-def _announce_report(task: FullRun) -> None:
-    path = task.report_path()
-    print(
-        f"\nReport: {path.resolve()}\n        {task.requires().output_path('html').resolve()}"
-        f"\nSearch: {task.requires().search_index().serve_command()}",
-        file=sys.stdout,
-        flush=True,
-    )
-
-
-FullRun.event_handler(luigi.Event.SUCCESS)(_announce_report)
-FullRun.event_handler(luigi.Event.DEPENDENCY_PRESENT)(_announce_report)
-
-__all__ = ["FullRun", "Report"]
+__all__ = ["Report", "all_upstream"]

@@ -85,7 +85,7 @@ class TrainWordVectors(DatasetParams, HashedTask):
 
 class TrunkFeatures(DatasetParams, HashedTask):
     """Image-trunk features of every cached image, computed once per dataset x backbone x resolution and
-    reused by every variant and seed that trains on a frozen trunk and by the image-neighbour table.
+    reused by every variant and seed that trains on a frozen trunk and by the image-neighbor table.
     ``spatial`` keeps the map before pooling (PVSE attends over its cells); otherwise the pooled vector.
     """
 
@@ -140,7 +140,7 @@ def trunk_features_task(task: HashedTask, settings: TrainSettings, spatial: bool
 
 
 class NeighborTables(DatasetParams, HashedTask):
-    """k nearest train neighbours of every train pair (itself excluded) with Annoy, in Doc2Vec space
+    """k nearest train neighbors of every train pair (itself excluded) with Annoy, in Doc2Vec space
     (``space=text``) or initial CNN-feature space (``space=image``); recall@k against exact search.
     """
 
@@ -155,10 +155,10 @@ class NeighborTables(DatasetParams, HashedTask):
     }
 
     def sampling_pool(self, train_positions: np.ndarray, sample_k: int | None) -> np.ndarray:
-        """The pool each train pair's neighbour i' is drawn from: the first ``sample_k`` non-duplicate entries
+        """The pool each train pair's neighbor i' is drawn from: the first ``sample_k`` non-duplicate entries
         of the k-NN table (all k with ``None``), checked to be over exactly these train pairs."""
         if not np.array_equal(self.load("train_rows"), train_positions):
-            raise RuntimeError("neighbour table rows do not match the train split; rerun NeighborTables")
+            raise RuntimeError("neighbor table rows do not match the train split; rerun NeighborTables")
         return sampling_pool(self.load("neighbors"), self.load("distances"), sample_k)
 
     def requires(self) -> dict[str, HashedTask]:

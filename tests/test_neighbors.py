@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serving.neighbours import AnnoySearch, ExactSearch, choose_backend
+from serving.neighbors import AnnoySearch, ExactSearch, choose_backend
 
 
 def clustered(n: int, per_item: int, seed: int, width: int = 16) -> np.ndarray:

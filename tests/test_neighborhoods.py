@@ -1,4 +1,4 @@
-"""Neighbour preservation at several k with its chance level, the headline k, within-modality topic
+"""Neighbor preservation at several k with its chance level, the headline k, within-modality topic
 precision, and how Evaluate reports them. Hand-worked cases in the comments.
 """
 
@@ -9,13 +9,13 @@ import pytest
 
 import evaluation.embeddings as evaluation_embeddings
 from evaluation.evaluate import HEADLINE_PRESERVATION, evaluate_embeddings
-from evaluation.neighbourhoods import (
+from evaluation.neighborhoods import (
     chance_preservation,
     headline_preservation_k,
-    nearest_neighbour_mask,
-    nearest_neighbour_ranking,
-    neighbour_preservation,
-    neighbour_preservation_at_ks,
+    nearest_neighbor_mask,
+    nearest_neighbor_ranking,
+    neighbor_preservation,
+    neighbor_preservation_at_ks,
     preservation_from_rankings,
     within_modality_topic_precision,
 )
@@ -27,7 +27,7 @@ def on_circle(degrees: list[float]) -> np.ndarray:
 
 
 # Five samples A..E on the unit circle; cosine similarity falls with the angle between two samples, so
-# neighbours are ordered by angular distance (no two distances of a sample are equal: no ties).
+# neighbors are ordered by angular distance (no two distances of a sample are equal: no ties).
 # Learned angles A 0, B 20, C 60, D 130, E 250. Distances and nearest-first lists:
 #   A: B 20, C 60, E 110, D 130  -> B C E D        B: A 20, C 40, D 110, E 130 -> A C D E
 #   C: B 40, A 60, D 70, E 170   -> B A D E        D: C 70, B 110, E 120, A 130 -> C B E A
@@ -59,14 +59,14 @@ def random_unit(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 
 def test_rankings_by_hand():
-    np.testing.assert_array_equal(nearest_neighbour_ranking(LEARNED_5, 4), LEARNED_RANKING_5)
-    np.testing.assert_array_equal(nearest_neighbour_ranking(REFERENCE_5 * 7.0, 4), REFERENCE_RANKING_5)
+    np.testing.assert_array_equal(nearest_neighbor_ranking(LEARNED_5, 4), LEARNED_RANKING_5)
+    np.testing.assert_array_equal(nearest_neighbor_ranking(REFERENCE_5 * 7.0, 4), REFERENCE_RANKING_5)
     # narrower rankings are the first columns
-    np.testing.assert_array_equal(nearest_neighbour_ranking(LEARNED_5, 2), np.array(LEARNED_RANKING_5)[:, :2])
+    np.testing.assert_array_equal(nearest_neighbor_ranking(LEARNED_5, 2), np.array(LEARNED_RANKING_5)[:, :2])
 
 
 def test_preservation_at_several_k_by_hand_with_chance_and_lift():
-    result = neighbour_preservation_at_ks(LEARNED_5, REFERENCE_5, [3, 1, 4, 2])
+    result = neighbor_preservation_at_ks(LEARNED_5, REFERENCE_5, [3, 1, 4, 2])
     assert list(result) == [1, 2, 3, 4]
     for k, expected in PER_SAMPLE_5.items():
         np.testing.assert_allclose(result[k]["per_sample"], expected)
@@ -85,7 +85,7 @@ def test_chance_level_is_what_random_embeddings_keep():
     assert chance_preservation(200, 401) == 0.5
     # independent random spaces: preservation at every k is about k / (n - 1)
     learned, reference = random_unit((1000, 16), 1), random_unit((1000, 16), 2)
-    result = neighbour_preservation_at_ks(learned, reference, [20, 100, 500])
+    result = neighbor_preservation_at_ks(learned, reference, [20, 100, 500])
     for k, entry in result.items():
         assert entry["chance"] == k / 999
         assert entry["mean"] == pytest.approx(k / 999, rel=0.1)
@@ -95,20 +95,20 @@ def test_chance_level_is_what_random_embeddings_keep():
 
 
 @pytest.mark.parametrize("shape", [(150, 6), (90, 3, 5)])
-def test_several_k_equal_single_k_neighbour_preservation(shape, monkeypatch):
+def test_several_k_equal_single_k_neighbor_preservation(shape, monkeypatch):
     learned = np.random.default_rng(3).normal(size=shape)
     reference = np.random.default_rng(4).normal(size=(shape[0], 4))
     ks = [1, 2, 7, 30, shape[0] - 1]
-    result = neighbour_preservation_at_ks(learned, reference, ks)
+    result = neighbor_preservation_at_ks(learned, reference, ks)
     for k in ks:
-        single = neighbour_preservation(learned, reference, k)
+        single = neighbor_preservation(learned, reference, k)
         np.testing.assert_array_equal(result[k]["per_sample"], single["per_sample"])
         assert result[k]["mean"] == single["mean"]
     # a shared reference ranking gives the same numbers, and so does a tiny chunk budget
-    ranking = nearest_neighbour_ranking(reference, max(ks))
-    shared = neighbour_preservation_at_ks(learned, None, ks, reference_ranking=ranking)
+    ranking = nearest_neighbor_ranking(reference, max(ks))
+    shared = neighbor_preservation_at_ks(learned, None, ks, reference_ranking=ranking)
     monkeypatch.setattr(evaluation_embeddings, "_CHUNK_ENTRIES", 50)
-    chunked = neighbour_preservation_at_ks(learned, reference, ks)
+    chunked = neighbor_preservation_at_ks(learned, reference, ks)
     for k in ks:
         np.testing.assert_array_equal(shared[k]["per_sample"], result[k]["per_sample"])
         np.testing.assert_array_equal(chunked[k]["per_sample"], result[k]["per_sample"])
@@ -120,25 +120,25 @@ def test_several_k_break_exact_ties_like_single_k():
     learned = rng.integers(0, 3, size=(40, 3)) + 0.5
     reference = rng.integers(0, 2, size=(40, 3)) + 0.5
     ks = [1, 3, 10, 39]
-    result = neighbour_preservation_at_ks(learned, reference, ks)
+    result = neighbor_preservation_at_ks(learned, reference, ks)
     for k in ks:
         np.testing.assert_array_equal(
-            result[k]["per_sample"], neighbour_preservation(learned, reference, k)["per_sample"]
+            result[k]["per_sample"], neighbor_preservation(learned, reference, k)["per_sample"]
         )
-    ranking = nearest_neighbour_ranking(learned, 39)
+    ranking = nearest_neighbor_ranking(learned, 39)
     for j in (1, 5, 20, 39):
         mask = np.zeros((40, 40), dtype=bool)
         np.put_along_axis(mask, ranking[:, :j], True, axis=1)
-        np.testing.assert_array_equal(mask, nearest_neighbour_mask(learned, j))
+        np.testing.assert_array_equal(mask, nearest_neighbor_mask(learned, j))
 
 
 def test_several_k_guards():
     with pytest.raises(ValueError, match="between 1 and n - 1"):
-        neighbour_preservation_at_ks(LEARNED_5, REFERENCE_5, [5])
+        neighbor_preservation_at_ks(LEARNED_5, REFERENCE_5, [5])
     with pytest.raises(ValueError, match="rows"):
-        neighbour_preservation_at_ks(LEARNED_5, REFERENCE_5[:4], [1])
+        neighbor_preservation_at_ks(LEARNED_5, REFERENCE_5[:4], [1])
     with pytest.raises(ValueError, match="reference_ranking"):
-        neighbour_preservation_at_ks(LEARNED_5, None, [3], reference_ranking=np.zeros((5, 2), dtype=int))
+        neighbor_preservation_at_ks(LEARNED_5, None, [3], reference_ranking=np.zeros((5, 2), dtype=int))
     with pytest.raises(ValueError, match="ranking width"):
         preservation_from_rankings(LEARNED_RANKING_5, REFERENCE_RANKING_5, [5])
 
@@ -194,7 +194,7 @@ def test_evaluate_reports_preservation_at_every_k_and_saves_the_headline_per_sam
         preservation_ks=(5, 10, 20, 50, 200),
         paper_preservation_ratio=0.006,
     )
-    at_k = result["neighbour_preservation_at_k"]
+    at_k = result["neighbor_preservation_at_k"]
     # 0.006 * 59 = 0.35: k = 5 is the closest usable k; 200 is capped at n - 1 = 59
     assert at_k["headline_k"] == 5 and at_k["paper_k"] == 59 and at_k["n"] == n
     assert list(at_k["ks"]) == ["5", "10", "20", "50", "59"]
@@ -202,15 +202,15 @@ def test_evaluate_reports_preservation_at_every_k_and_saves_the_headline_per_sam
         k = int(key)
         assert entry["chance"] == k / 59
         for modality, embeddings in (("image", image), ("text", text)):
-            expected = neighbour_preservation(embeddings, doc_vectors, k)["mean"]
+            expected = neighbor_preservation(embeddings, doc_vectors, k)["mean"]
             assert entry[modality]["mean"] == expected
             assert entry[modality]["lift"] == pytest.approx(expected / (k / 59))
     # the legacy entry: the paper's k, capped, as Table 3 always reported it
-    assert result["neighbour_preservation"]["image"] == {"mean": 1.0, "k_used": 59, "k_requested": 200}
+    assert result["neighbor_preservation"]["image"] == {"mean": 1.0, "k_used": 59, "k_requested": 200}
     for modality, embeddings in (("image", image), ("text", text)):
         np.testing.assert_array_equal(
             arrays[HEADLINE_PRESERVATION[modality]],
-            neighbour_preservation(embeddings, doc_vectors, 5)["per_sample"],
+            neighbor_preservation(embeddings, doc_vectors, 5)["per_sample"],
         )
     assert set(arrays) == {"i2t_hits", "t2i_hits", *HEADLINE_PRESERVATION.values()}
     topic = result["topic_precision"]
@@ -224,10 +224,10 @@ def test_evaluate_keeps_the_paper_k_when_it_is_not_among_the_ks():
     image, text = random_unit((n, 4), 9), random_unit((n, 4), 10)
     doc_vectors = np.random.default_rng(11).normal(size=(n, 3))
     result, _ = evaluate_embeddings(image, text, doc_vectors, 3, 1, 7, preservation_ks=(5, 10, 20, 50))
-    at_k = result["neighbour_preservation_at_k"]
+    at_k = result["neighbor_preservation_at_k"]
     assert list(at_k["ks"]) == ["5", "7", "10", "20"] and at_k["headline_k"] == 5
     assert (
-        result["neighbour_preservation"]["text"]["mean"]
-        == neighbour_preservation(text, doc_vectors, 7)["mean"]
+        result["neighbor_preservation"]["text"]["mean"]
+        == neighbor_preservation(text, doc_vectors, 7)["mean"]
     )
     assert "topic_precision" not in result
