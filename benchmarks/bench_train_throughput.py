@@ -99,7 +99,7 @@ def plans(trainer: Trainer, count: int):
     """``count`` training steps' plans, epoch after epoch."""
     made = 0
     while True:
-        for plan in trainer._epoch_plans():
+        for plan in trainer.epoch_plans():
             if made == count:
                 return
             made += 1
@@ -110,7 +110,7 @@ def loop_rate(trainer: Trainer, warmup: int, steps: int) -> float:
     """Images (rows encoded, all ranks) per second of the training loop, loader included."""
     images, started = 0, 0.0
     for index, (plan, loaded) in enumerate(
-        trainer.loader(plans(trainer, warmup + steps), trainer._plan_batch)
+        trainer.loader(plans(trainer, warmup + steps), trainer.host_batch)
     ):
         if index == warmup:
             synchronize(trainer.device)
@@ -124,7 +124,7 @@ def loop_rate(trainer: Trainer, warmup: int, steps: int) -> float:
 def compute_rate(trainer: Trainer, warmup: int, steps: int) -> float:
     """Images per second of the training step alone, on one batch already on the device."""
     plan = next(iter(plans(trainer, 1)))
-    loaded = trainer.loader.to_device(trainer._plan_batch(plan))
+    loaded = trainer.loader.to_device(trainer.host_batch(plan))
     for index in range(warmup + steps):
         if index == warmup:
             synchronize(trainer.device)
@@ -137,7 +137,7 @@ def compute_rate(trainer: Trainer, warmup: int, steps: int) -> float:
 def loader_rate(trainer: Trainer, warmup: int, steps: int) -> float:
     """Images per second the loader alone delivers to the device."""
     images, started = 0, 0.0
-    for index, (plan, _) in enumerate(trainer.loader(plans(trainer, warmup + steps), trainer._plan_batch)):
+    for index, (plan, _) in enumerate(trainer.loader(plans(trainer, warmup + steps), trainer.host_batch)):
         if index == warmup:
             synchronize(trainer.device)
             started = time.perf_counter()
@@ -198,7 +198,7 @@ def main() -> None:
         rates["fast_loop"] = loop_rate(fast, args.warmup, args.steps)
         rates["compute_only"] = compute_rate(fast, args.warmup, args.steps)
         rates["loader_only"] = loader_rate(fast, args.warmup, args.steps)
-        amp = str(fast.amp_dtype).replace("torch.", "") if fast.amp_dtype else "fp32"
+        amp = str(fast.setup.amp_dtype).replace("torch.", "") if fast.setup.amp_dtype else "fp32"
         workers = fast.loader.settings.num_workers
         del fast
     if args.processes > 1:

@@ -4,10 +4,10 @@ no number.
 
 What may differ between two runs of the same settings is left out: wall times and speeds, timestamps,
 paths, output signatures and library versions (``VOLATILE``). ``--rename old=new`` maps a renamed key of the
-older root to its new name first (e.g. ``--rename neighbour=neighbor`` across the spelling change). Exit 0
-when everything else is equal, 1 with the differing paths otherwise.
+older root to its new name first (any substring of a key or string: a spelling change). Exit 0 when
+everything else is equal, 1 with the differing paths otherwise.
 
-    python benchmarks/compare_run_roots.py /tmp/before_runs runs --rename neighbour=neighbor
+    python benchmarks/compare_run_roots.py /tmp/before_runs runs --rename old_name=new_name
 """
 
 from __future__ import annotations

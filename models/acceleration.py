@@ -23,9 +23,9 @@ def autocast(dtype: torch.dtype | None, device: torch.device) -> AbstractContext
     return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
-def gradient_scaler(dtype: torch.dtype | None) -> torch.amp.GradScaler | None:
+def gradient_scaler(dtype: torch.dtype | None, device: torch.device) -> torch.amp.GradScaler | None:
     """fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none."""
-    return torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+    return torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
 
 
 def prepare_for_device(

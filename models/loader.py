@@ -26,21 +26,26 @@ Item = TypeVar("Item")
 
 @dataclass
 class HostBatch:
-    """The tensors of one batch on the host (pinned when asked for)."""
+    """The tensors of one batch on the host (pinned when asked for); a batch of one modality leaves the
+    other's fields None."""
 
-    images: Tensor  # uint8 [B, S, S, 3] pixels, or float32 cached trunk features
-    tokens: Tensor  # int64 [B, L]
-    lengths: Tensor  # int64 [B]; stays on the host (pack_padded_sequence wants CPU lengths)
+    images: Tensor | None  # uint8 [B, S, S, 3] pixels, or float32 cached trunk features
+    tokens: Tensor | None  # int64 [B, L]
+    lengths: Tensor | None  # int64 [B]; stays on the host (pack_padded_sequence wants CPU lengths)
 
     def pinned(self) -> HostBatch:
-        return HostBatch(self.images.pin_memory(), self.tokens.pin_memory(), self.lengths)
+        return HostBatch(_pin(self.images), _pin(self.tokens), self.lengths)
+
+
+def _pin(tensor: Tensor | None) -> Tensor | None:
+    return None if tensor is None else tensor.pin_memory()
 
 
 @dataclass
 class DeviceBatch:
-    images: Tensor
-    tokens: Tensor
-    lengths: Tensor
+    images: Tensor | None
+    tokens: Tensor | None
+    lengths: Tensor | None
 
 
 @dataclass(frozen=True)
@@ -110,12 +115,10 @@ class BatchLoader:
         self.settings = settings
 
     def to_device(self, batch: HostBatch) -> DeviceBatch:
-        non_blocking = self.settings.pin_memory
-        return DeviceBatch(
-            batch.images.to(self.device, non_blocking=non_blocking),
-            batch.tokens.to(self.device, non_blocking=non_blocking),
-            batch.lengths,
-        )
+        return DeviceBatch(self._moved(batch.images), self._moved(batch.tokens), batch.lengths)
+
+    def _moved(self, tensor: Tensor | None) -> Tensor | None:
+        return None if tensor is None else tensor.to(self.device, non_blocking=self.settings.pin_memory)
 
     def __call__(
         self, items: Iterable[Item], prepare: Callable[[Item], HostBatch]

@@ -59,10 +59,15 @@ class TrainSettings:
     cudnn_benchmark: bool = True
     #: torchrun's rendezvous for nnodes > 1 ("host:port" of the first node; c10d backend)
     rdzv_endpoint: str = ""
+    #: training steps between reads of the losses from the device (the progress bar, the non-finite check):
+    #: the step loop itself never waits for the device
+    log_every_steps: int = 50
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_MODES:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
+        if self.log_every_steps < 1:
+            raise ValueError(f"log_every_steps must be >= 1, got {self.log_every_steps}")
         if self.nproc_per_node < 1 or self.nnodes < 1:
             raise ValueError(
                 f"nproc_per_node and nnodes must be >= 1, got {self.nproc_per_node}, {self.nnodes}"
@@ -75,7 +80,15 @@ class TrainSettings:
 
 #: settings that change speed, not results: kept out of Train's output hash, so changing one reuses a run
 OPERATIONAL_FIELDS = frozenset(
-    {"num_workers", "prefetch_batches", "pin_memory", "channels_last", "cudnn_benchmark", "rdzv_endpoint"}
+    {
+        "num_workers",
+        "prefetch_batches",
+        "pin_memory",
+        "channels_last",
+        "cudnn_benchmark",
+        "rdzv_endpoint",
+        "log_every_steps",
+    }
 )
 
 

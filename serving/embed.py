@@ -11,12 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
+from torch import Tensor, nn
 
 from common.tokenizer import encode_texts, tokenize
 from data_recipes.image_cache import centre_square
 from data_recipes.validate import DEFAULT_MAX_PIXELS, load_image_rgb
-from models.encoders import frozen_trunk_features, resize_batch
+from models.encoders import frozen_trunk_features
+from models.inference import embed_pairs
+from models.training import PairData
 from serving.bundle import Bundle
 
 BATCH_SIZE = 64
@@ -30,25 +32,45 @@ class QueryError(ValueError):
         self.reason = reason
 
 
-def _per_item(embeddings: torch.Tensor) -> np.ndarray:
+def _per_item(embeddings: np.ndarray) -> np.ndarray:
     """``[B, D]`` or ``[B, K, D]`` -> float32 ``[B, K, D]``."""
-    if embeddings.dim() == 2:
-        embeddings = embeddings.unsqueeze(1)
-    return embeddings.float().cpu().numpy()
+    return embeddings[:, None, :] if embeddings.ndim == 2 else embeddings
+
+
+class TrunkThenModel(nn.Module):
+    """A bundle's model with its frozen trunk in front, so it takes pixels as a fine-tuned model does: the
+    trunk's features are computed exactly as the ``TrunkFeatures`` cache the model trained on holds them."""
+
+    def __init__(self, model: nn.Module, trunk: nn.Module, mean: Tensor, std: Tensor, spatial: bool) -> None:
+        super().__init__()
+        self.model, self.trunk, self.spatial = model, trunk, spatial
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+
+    def encode_image(self, pixels: Tensor) -> Tensor:
+        features = frozen_trunk_features(self.trunk, pixels, self.mean, self.std, self.spatial)
+        return self.model.encode_image(features.float())
+
+    def encode_text(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        return self.model.encode_text(tokens, lengths)
 
 
 class Embedder:
-    """Text and image embeddings of one bundle's model (CPU)."""
+    """Text and image embeddings of one bundle's model, through the one inference path
+    (:func:`models.inference.embed_pairs`), on ``device`` (CPU by default)."""
 
-    def __init__(self, bundle: Bundle) -> None:
+    def __init__(self, bundle: Bundle, device: torch.device | None = None) -> None:
         self.bundle = bundle
         image = bundle.image
         self.cache_size = int(image["cache_size"])
         self.image_size = int(image["image_size"])
-        self.spatial = image["features"] == "spatial"
+        self.device = device or torch.device("cpu")
+        model = bundle.model
         if bundle.trunk is not None:
-            self.mean = torch.tensor(image["mean"]).view(1, 3, 1, 1)
-            self.std = torch.tensor(image["std"]).view(1, 3, 1, 1)
+            mean = torch.tensor(image["mean"]).view(1, 3, 1, 1)
+            std = torch.tensor(image["std"]).view(1, 3, 1, 1)
+            model = TrunkThenModel(model, bundle.trunk, mean, std, image["features"] == "spatial")
+        self.model = model.to(self.device).eval()
 
     # ------------------------------------------------------------------ texts
     def query_tokens(self, text: str) -> list[str]:
@@ -66,25 +88,15 @@ class Embedder:
             )
         return words
 
-    @torch.no_grad()
     def embed_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """Embeddings of gallery texts (unknown words become UNK, as in training)."""
-        out = []
-        starts = range(0, len(texts), BATCH_SIZE)
-        for start in tqdm(starts, desc="texts", unit="batch", disable=not progress or None):
-            chunk = texts[start : start + BATCH_SIZE]
-            tokens, lengths = encode_texts(
-                (tokenize(t) for t in chunk), self.bundle.vocab, int(self.bundle.text["max_tokens"])
-            )
-            width = int(lengths.max())
-            out.append(
-                _per_item(
-                    self.bundle.model.encode_text(
-                        torch.from_numpy(tokens[:, :width]), torch.from_numpy(lengths)
-                    )
-                )
-            )
-        return np.concatenate(out) if out else self.empty()
+        if not len(texts):
+            return self.empty()
+        tokens, lengths = encode_texts(
+            (tokenize(t) for t in texts), self.bundle.vocab, int(self.bundle.text["max_tokens"])
+        )
+        source = PairData.of_texts(tokens, lengths)
+        return self._embed(source, len(texts), "text", progress)
 
     def embed_query_text(self, text: str) -> np.ndarray:
         """``[K, D]`` embedding of a query; raises :class:`QueryError` for text the model cannot read."""
@@ -98,22 +110,24 @@ class Embedder:
         image = load_image_rgb(path, max_pixels=max_pixels, draft_size=self.cache_size)
         return centre_square(image, self.cache_size)
 
-    @torch.no_grad()
     def embed_pixels(self, pixels: np.ndarray, progress: bool = False) -> np.ndarray:
         """Embeddings of image-cache thumbnails uint8 ``[N, S, S, 3]``."""
-        out = []
-        starts = range(0, len(pixels), BATCH_SIZE)
-        for start in tqdm(starts, desc="images", unit="batch", disable=not progress or None):
-            # a copy: the rows may be a read-only memory map, which torch must not wrap
-            batch = resize_batch(
-                torch.from_numpy(np.array(pixels[start : start + BATCH_SIZE])), self.image_size
-            )
-            if self.bundle.trunk is None:  # the model holds its trunk and normalises pixels itself
-                out.append(_per_item(self.bundle.model.encode_image(batch)))
-                continue
-            features = frozen_trunk_features(self.bundle.trunk, batch, self.mean, self.std, self.spatial)
-            out.append(_per_item(self.bundle.model.encode_image(features.float())))
-        return np.concatenate(out) if out else self.empty()
+        if not len(pixels):
+            return self.empty()
+        return self._embed(PairData.of_pixels(pixels), len(pixels), "image", progress)
+
+    def _embed(self, source: PairData, n: int, modality: str, progress: bool) -> np.ndarray:
+        embedded = embed_pairs(
+            self.model,
+            self.device,
+            source,
+            np.arange(n),
+            self.image_size,
+            batch_size=BATCH_SIZE,
+            modalities=(modality,),
+            progress=None if progress else False,
+        )
+        return _per_item(embedded[modality])
 
     def empty(self) -> np.ndarray:
         per_item = int(self.bundle.manifest["embedding"]["per_item"])

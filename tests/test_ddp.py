@@ -99,8 +99,8 @@ def make_trainer(
 
 def step_and_gradients(trainer: Trainer, plan: StepPlan) -> tuple[float, dict[str, torch.Tensor]]:
     """One real training step on ``plan``; its loss and the gradient of every parameter."""
-    loaded = trainer.loader.to_device(trainer._plan_batch(plan))
-    loss = trainer.train_step(plan, loaded)["loss"]
+    loaded = trainer.loader.to_device(trainer.host_batch(plan))
+    loss = trainer.train_step(plan, loaded).total.item()
     return loss, {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
 
 
@@ -122,7 +122,7 @@ def ddp_steps(rank: int, world_size: int, port: int, out: str) -> None:
     results = {}
     for case, (variant, mode, which) in CASES.items():
         trainer = make_trainer(variant, mode, Path(out) / case, distributed)
-        plan = list(trainer._epoch_plans())[which]
+        plan = list(trainer.epoch_plans())[which]
         loss, gradients = step_and_gradients(trainer, plan)
         results[case] = {"loss": loss, "gradients": gradients, "merged": plan.merged, "local": plan.local}
     results["finetuned_trunk"] = finetuned_step(Path(out), distributed)
@@ -153,7 +153,7 @@ def finetuned_step(work_dir: Path, distributed: Distributed) -> dict[str, torch.
         progress=False,
         distributed=distributed,
     )
-    first, second = list(trainer._epoch_plans())[:2]
+    first, second = list(trainer.epoch_plans())[:2]
     step_and_gradients(trainer, first)
     return step_and_gradients(trainer, second)[1]  # DDP would fail here on a parameter without gradient
 

@@ -25,7 +25,7 @@ from tests.test_training import SETTINGS, ours_losses, tiny_data, tiny_model
 CHECKPOINTS = (LAST_CHECKPOINT, PREV_CHECKPOINT, BEST_CHECKPOINT)
 
 
-def _trainer(work_dir: Path, epochs: int, losses=None) -> Trainer:
+def _trainer(work_dir: Path, epochs: int, losses=None, **settings) -> Trainer:
     table = np.stack([(np.arange(32) + s) % 32 for s in (1, 2, 3)], axis=1)
     return Trainer(
         tiny_model(0),
@@ -33,7 +33,7 @@ def _trainer(work_dir: Path, epochs: int, losses=None) -> Trainer:
         tiny_data(),
         np.arange(32),
         np.arange(32, 40),
-        replace(SETTINGS, epochs=epochs),
+        replace(SETTINGS, epochs=epochs, **settings),
         0,
         work_dir,
         neighbors=table,
@@ -69,32 +69,35 @@ def straight(tmp_path_factory) -> tuple[TrainResult, dict[str, torch.Tensor], di
     return result, trainer.model.state_dict(), _weights(work_dir / BEST_CHECKPOINT)
 
 
-def test_nan_loss_names_epoch_and_batch_skips_the_step_and_leaves_earlier_checkpoints_untouched(tmp_path):
+@pytest.mark.parametrize("log_every_steps", [1, 50])
+def test_nan_loss_names_epoch_and_batch_and_leaves_the_last_good_state_and_checkpoints(tmp_path, log_every_steps):
+    """The step loop reads its losses back only every ``log_every_steps`` steps (no host sync per step): a
+    NaN loss is found at that read, the model is put back to the last checkpointed state (whatever steps
+    the interval took after the NaN are undone) and the error names the first bad batch."""
     losses = ours_losses()
-    trainer = _trainer(tmp_path, 3, losses)
+    trainer = _trainer(tmp_path, 3, losses, log_every_steps=log_every_steps)
     per_epoch = trainer.sampler.batches_per_epoch
     fail_at = 2 * per_epoch + 2  # epoch 3, batch 2
-    calls, before_step = 0, {}
+    calls = 0
     forward = losses[1].forward
 
     def nan_at_one_call(**inputs):
-        nonlocal calls, before_step
+        nonlocal calls
         calls += 1
         parts = forward(**inputs)
         if calls != fail_at:
             return parts
-        before_step = {k: v.clone() for k, v in trainer.model.state_dict().items()}
         return {name: value * float("nan") for name, value in parts.items()}
 
     losses[1].forward = nan_at_one_call
     snapshots = []
-    checkpoint = trainer._checkpoint
+    checkpoint = trainer.checkpoints.save_last
 
     def checkpoint_and_snapshot(epoch, result):
         checkpoint(epoch, result)
         snapshots.append(_files(tmp_path))
 
-    trainer._checkpoint = checkpoint_and_snapshot
+    trainer.checkpoints.save_last = checkpoint_and_snapshot
 
     with pytest.raises(FloatingPointError) as raised:
         trainer.fit()
@@ -105,7 +108,9 @@ def test_nan_loss_names_epoch_and_batch_skips_the_step_and_leaves_earlier_checkp
     assert f"last good checkpoint (epoch 2) is kept in {tmp_path}" in message
     assert len(snapshots) == 2 and set(snapshots[-1]) == set(CHECKPOINTS)
     assert _files(tmp_path) == snapshots[-1], "a checkpoint of an earlier epoch was rewritten"
-    _assert_same_weights(trainer.model.state_dict(), before_step)  # the NaN batch took no optimizer step
+    # the model holds the last good state, the epoch-2 checkpoint's, not a step of the NaN batch or after it
+    _assert_same_weights(trainer.model.state_dict(), _weights(tmp_path / LAST_CHECKPOINT))
+    assert calls == (fail_at if log_every_steps == 1 else 3 * per_epoch), "read back at the interval's end"
 
 
 def test_non_finite_weights_after_an_epoch_are_never_checkpointed(tmp_path):
@@ -213,7 +218,7 @@ def test_kill_during_checkpoint_write_leaves_the_old_checkpoint_intact(tmp_path,
     assert not list(tmp_path.glob(".*.tmp")), "a temp file of the failed write remains"
     if (tmp_path / PREV_CHECKPOINT).exists():
         assert (tmp_path / PREV_CHECKPOINT).read_bytes() == before
-    assert _trainer(tmp_path, 2)._resume(TrainResult()) == 1
+    assert _trainer(tmp_path, 2).checkpoints.resume(TrainResult()) == 1
 
 
 def test_prev_checkpoint_is_copied_where_hard_links_fail(tmp_path, monkeypatch):
@@ -250,14 +255,14 @@ def test_kill_between_the_best_and_the_last_checkpoint_resumes_cleanly(tmp_path)
     killed = straight.best_epoch  # a new best was written at that epoch
     assert killed >= 2, "the uninterrupted run must improve after epoch 1 for this case to exist"
     interrupted = trainer(tmp_path / "killed")
-    checkpoint = interrupted._checkpoint
+    checkpoint = interrupted.checkpoints.save_last
 
     def killed_after_the_best(epoch, result):
         if epoch == killed:
             raise KeyboardInterrupt("killed after model_best.pt, before checkpoint_last.pt")
         checkpoint(epoch, result)
 
-    interrupted._checkpoint = killed_after_the_best
+    interrupted.checkpoints.save_last = killed_after_the_best
     with pytest.raises(KeyboardInterrupt):
         interrupted.fit()
     work = tmp_path / "killed"

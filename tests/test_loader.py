@@ -78,4 +78,5 @@ def test_mixed_precision_only_on_cuda_bf16_unless_told_otherwise():
     assert all(amp_dtype(mode, cpu) is None for mode in ("auto", "bf16", "fp16", "off"))
     assert amp_dtype("off", cuda) is None
     assert amp_dtype("bf16", cuda) == torch.bfloat16 and amp_dtype("fp16", cuda) == torch.float16
-    assert gradient_scaler(None) is None and gradient_scaler(torch.bfloat16) is None
+    assert gradient_scaler(None, cuda) is None and gradient_scaler(torch.bfloat16, cuda) is None
+    assert isinstance(gradient_scaler(torch.float16, cpu), torch.amp.GradScaler)

@@ -10,8 +10,9 @@ import torch
 
 from models.batching import BatchSampler
 from models.encoders import EncoderConfig
+from models.inference import embed_pairs
 from models.losses import build_loss
-from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer, encode_pairs
+from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer
 from models.vse import VSEModel
 from pipeline.profiles import TrainSettings
 
@@ -121,7 +122,8 @@ def test_training_logs_every_sub_loss_and_saves_checkpoints(tmp_path):
     ):
         assert np.isfinite(row[f"train_{part}"])
     assert {BEST_CHECKPOINT, LAST_CHECKPOINT, HISTORY_FILE} <= {p.name for p in tmp_path.iterdir()}
-    image, text = encode_pairs(trainer.model, tiny_data(), np.arange(32, 40), 16)
+    embedded = embed_pairs(trainer.model, trainer.device, tiny_data(), np.arange(32, 40), 16)
+    image, text = embedded["image"], embedded["text"]
     np.testing.assert_allclose(np.linalg.norm(image, axis=1), 1.0, rtol=1e-5)
     assert text.shape == (8, 8)
 

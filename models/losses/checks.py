@@ -9,7 +9,9 @@ gradients in the order of the graph).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import NamedTuple
 
 import torch
@@ -33,6 +35,26 @@ DISTANCES = ("squared_l2", "cosine", "euclidean")
 
 
 # --------------------------------------------------------------------------------------------- input guards
+
+#: whether the guards that read tensor values back to the host (unit norms, positives per query) run;
+#: shape and type guards always do. The trainer runs them on its first step only: a read-back per step
+#: makes the host wait for the GPU every step, and the model and batch layout do not change between steps.
+_VALUE_CHECKS: ContextVar[bool] = ContextVar("loss_value_checks", default=True)
+
+
+@contextmanager
+def value_checks(enabled: bool) -> Iterator[None]:
+    """Run the block with the value guards on or off (on by default, outside the trainer's steps)."""
+    token = _VALUE_CHECKS.set(enabled)
+    try:
+        yield
+    finally:
+        _VALUE_CHECKS.reset(token)
+
+
+def value_checks_enabled() -> bool:
+    return _VALUE_CHECKS.get()
+
 
 
 def check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:
@@ -72,7 +94,7 @@ def check_embedding_matrix(name: str, embeddings: Tensor, *, unit_norm: bool) ->
             f"{name} embeddings have shape {tuple(embeddings.shape)}; this loss takes [N, D] rows "
             "(multi-embedding [B, K, D] outputs need a loss that matches the K embeddings first)"
         )
-    if unit_norm and embeddings.shape[0] > 0:
+    if unit_norm and embeddings.shape[0] > 0 and value_checks_enabled():
         norms = embeddings.detach().norm(dim=1)
         if bool(((norms - 1.0).abs() > UNIT_NORM_TOLERANCE).any()):
             raise LossPreconditionError(

@@ -20,6 +20,7 @@ from models.losses.checks import (
     LossPreconditionError,
     check_pair_embeddings,
     same_group_mask,
+    value_checks_enabled,
 )
 
 # ------------------------------------------------------------------------------------ scores and partitions
@@ -46,7 +47,8 @@ def pairwise_cosine(image: Tensor, text: Tensor) -> Tensor:
             f"this loss takes [B, D] embeddings, got {tuple(image.shape)}; pool multi-embedding (PVSE) "
             "outputs into one vector per item first"
         )
-    for name, embedding in (("image", image), ("text", text)):
+    checked = (("image", image), ("text", text)) if value_checks_enabled() else ()
+    for name, embedding in checked:
         norms = embedding.detach().norm(dim=1)
         if not torch.allclose(norms, torch.ones_like(norms), atol=UNIT_NORM_TOLERANCE):
             raise LossPreconditionError(

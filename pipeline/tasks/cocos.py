@@ -13,6 +13,7 @@ import torch
 
 from evaluation.cocos import cocos_per_loss
 from models.batching import BatchSampler
+from models.inference import forward_batches
 from models.losses import Loss, build_loss
 from models.losses.checks import COCOS_EPS
 from models.training import PairData, batch_loss_inputs
@@ -30,7 +31,6 @@ from pipeline.tasks.training import (
 COCOS_SEED = 0
 
 
-@torch.no_grad()
 def frozen_model_batches(
     model: torch.nn.Module,
     data: PairData,
@@ -40,18 +40,17 @@ def frozen_model_batches(
     mask_neighbor_pairs: bool = True,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """The loss keywords of each batch of one pass of ``sampler`` (an epoch of training-size batches,
-    neighbors sampled as in training) through the frozen ``model`` (eval mode: no dropout, no flips). The
-    model may give ``[B, D]`` or, as PVSE does, ``[B, K, D]`` embeddings (each loss reads what it was trained
-    on). Lazy: nothing runs, and the model is not switched to eval mode, until the first batch is asked for.
+    neighbors sampled as in training) through the frozen ``model`` (eval mode: no dropout, no flips), by the
+    one inference path (:func:`models.inference.forward_batches`). The model may give ``[B, D]`` or, as PVSE
+    does, ``[B, K, D]`` embeddings (each loss reads what it was trained on). Lazy: nothing runs, and the
+    model is not switched to eval mode, until the first batch is asked for.
     """
-    model.eval()
     # a copy: group ids may be a read-only array (pandas copy-on-write), which torch.from_numpy would share
     group_ids = torch.tensor(np.asarray(data.group_ids, dtype=np.int64))
-    for batch in sampler.epoch():
-        images = data.image_batch(batch.rows, image_size).to(device)
-        tokens, lengths = data.text_batch(batch.rows)
-        outputs = model(images, tokens.to(device), lengths)
-        yield batch_loss_inputs(outputs, batch, group_ids, mask_neighbor_pairs)
+    batches = list(sampler.epoch())
+    outputs = forward_batches(model, device, data, [batch.rows for batch in batches], image_size)
+    for batch, (_, output) in zip(batches, outputs, strict=True):
+        yield batch_loss_inputs(output, batch, group_ids, mask_neighbor_pairs)
 
 
 def collect_cocos(

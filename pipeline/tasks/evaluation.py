@@ -16,7 +16,7 @@ import numpy as np
 
 from evaluation.evaluate import HEADLINE_PRESERVATION, evaluate_test_split, topics_of_pairs
 from evaluation.protocol import EVAL_SEED, FULL_EVAL, METRICS_SCHEMA
-from models.training import encode_pairs
+from models.inference import embed_pairs
 from pipeline.base import HashedTask
 from pipeline.io import save_array, write_json
 from pipeline.tasks.data import PrepareDataset, Split
@@ -72,7 +72,8 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
         data, manifest = load_pair_data(inputs, t.max_text_tokens)
         model, best_epoch = load_trained_model(inputs, data)
         test_rows = np.flatnonzero((manifest["split"] == "test").to_numpy())
-        image, text = encode_pairs(model, data, test_rows, t.image_size)
+        embedded = embed_pairs(model, next(model.parameters()).device, data, test_rows, t.image_size)
+        image, text = embedded["image"], embedded["text"]
         doc_vectors = inputs["doc2vec"].load("doc_vectors")[test_rows]
         test_manifest = manifest.iloc[test_rows]
         e = self.settings.eval

@@ -1,0 +1,134 @@
+"""Per-step time of the training loop with and without reading the losses back to the host every step.
+
+``no sync``: the loop as it runs (``models.training.step``): losses summed on the device, read once per
+``log_every_steps`` (50) steps; the losses' value checks (unit norms) only on the first step.
+``per-step sync``: the same steps plus what the loop did before: ``total.item()``, every part's ``.item()``,
+``bool(torch.isfinite(total))`` and the value checks on every step.
+
+On a CPU the two should cost the same (a read-back there is a plain memory read: the host never waits for
+an asynchronous device); on a GPU the difference is the time the host spends waiting each step instead of
+queueing the next one. Blocks of steps of the two loops are interleaved, so load from other processes on a
+shared machine falls on both alike; the table gives the median per-step time of each and their ratio.
+
+    python benchmarks/bench_step_sync.py                 # the demo's CPU shapes (frozen 1280-d features, GRU 256)
+    python benchmarks/bench_step_sync.py --blocks 10 --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.encoders import EncoderConfig
+from models.losses import build_loss
+from models.losses.checks import value_checks
+from models.training import PairData, Trainer
+from models.training.step import StepLog
+from models.vse import VSEModel
+from pipeline.profiles import DEMO
+from pipeline.variants import resolve_variant
+
+VOCAB, WORD_DIM, FEATURES = 5000, 200, 1280
+
+
+def synthetic_pairs(n: int, max_tokens: int) -> PairData:
+    rng = np.random.default_rng(0)
+    return PairData(
+        images=np.zeros((n, 1, 1, 3), dtype=np.uint8),
+        image_rows=np.arange(n),
+        tokens=rng.integers(2, VOCAB, (n, max_tokens)),
+        lengths=rng.integers(max_tokens // 3, max_tokens + 1, n),
+        group_ids=np.arange(n),
+        image_features=rng.normal(size=(n, FEATURES)).astype(np.float32),
+    )
+
+
+def build_trainer(work_dir: Path, device: torch.device, n: int) -> Trainer:
+    settings = replace(DEMO.train, pretrained=False)
+    spec = resolve_variant("ours")
+    torch.manual_seed(0)
+    config = EncoderConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32), FEATURES)
+    losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
+    table = np.stack([np.random.default_rng(s).permutation(n) for s in range(10)], axis=1)
+    return Trainer(
+        VSEModel(config),
+        losses,
+        synthetic_pairs(n + 64, settings.max_text_tokens),
+        np.arange(n),
+        np.arange(n, n + 64),
+        settings,
+        0,
+        work_dir,
+        neighbors=table,
+        device=device,
+        progress=False,
+    )
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_block(trainer: Trainer, batches: list, per_step_sync: bool) -> float:
+    """Seconds per step over ``batches`` (plans with their device batches)."""
+    log = StepLog()
+    synchronize(trainer.device)
+    started = time.perf_counter()
+    for step, (plan, loaded) in enumerate(batches, start=1):
+        with value_checks(per_step_sync):
+            losses = trainer.train_step(plan, loaded)
+        if per_step_sync:
+            bool(torch.isfinite(losses.total))
+            {"loss": losses.total.item(), **{name: value.item() for name, value in losses.parts.items()}}
+        else:
+            log.add(losses, step)
+            if step % trainer.settings.log_every_steps == 0:
+                log.read()
+    if not per_step_sync:
+        log.read()
+    synchronize(trainer.device)
+    return (time.perf_counter() - started) / len(batches)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=6, help="interleaved blocks of each loop")
+    parser.add_argument("--steps", type=int, default=20, help="training steps per block")
+    parser.add_argument("--out", default="benchmarks/results/step_sync.json")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with tempfile.TemporaryDirectory() as work:
+        trainer = build_trainer(Path(work), device, n=64 * args.steps)
+        batches = list(trainer.loader(list(trainer.epoch_plans())[: args.steps], trainer.host_batch))
+        run_block(trainer, batches, per_step_sync=True)  # warm-up
+        times: dict[str, list[float]] = {"no sync": [], "per-step sync": []}
+        for _ in range(args.blocks):
+            times["no sync"].append(run_block(trainer, batches, per_step_sync=False))
+            times["per-step sync"].append(run_block(trainer, batches, per_step_sync=True))
+    median = {name: float(np.median(values)) for name, values in times.items()}
+    result = {
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)",
+        "shapes": "demo: frozen 1280-d features, GRU 256, batch 64 (32 anchors + 32 in-batch neighbors), Ours",
+        "blocks": args.blocks,
+        "steps_per_block": args.steps,
+        "median_ms_per_step": {name: round(1000 * value, 2) for name, value in median.items()},
+        "per_step_sync_vs_no_sync": round(median["per-step sync"] / median["no sync"], 3),
+    }
+    print("| loop | median ms / step |\n|---|---|")
+    for name, value in result["median_ms_per_step"].items():
+        print(f"| {name} | {value} |")
+    print(f"per-step sync / no sync: {result['per_step_sync_vs_no_sync']}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

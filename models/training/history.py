@@ -1,0 +1,70 @@
+"""What a run records per epoch and what it decides from it: the result (history, best epoch), the
+``history.csv`` and TensorBoard logs, and early stopping on a plateau."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.files import atomic_path
+
+HISTORY_FILE = "history.csv"
+
+
+@dataclass
+class TrainResult:
+    history: list[dict] = field(default_factory=list)
+    best_epoch: int = -1
+    best_val_loss: float = math.inf
+    resumed_from_epoch: int = 0
+    #: the epoch after which early stopping ended training (None: ran every epoch)
+    stopped_early_at: int | None = None
+
+    def record(self, row: dict) -> bool:
+        """Append an epoch's row; whether its validation loss is a new best (then it becomes the best)."""
+        self.history.append(row)
+        if row["val_loss"] < self.best_val_loss:
+            self.best_val_loss = row["val_loss"]
+            self.best_epoch = row["epoch"]
+            return True
+        return False
+
+    def plateaued(self, last_epoch: int, patience: int | None) -> bool:
+        """Early stopping: the validation loss has not improved for ``patience`` epochs (None: never)."""
+        return patience is not None and self.best_epoch > 0 and last_epoch - self.best_epoch >= patience
+
+
+def write_history(work_dir: Path, history: list[dict]) -> None:
+    """``history.csv``: one row per epoch, ``epoch`` first, the other columns sorted."""
+    columns = sorted({key for row in history for key in row}, key=lambda c: (c != "epoch", c))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(history)
+    with atomic_path(Path(work_dir) / HISTORY_FILE) as tmp:
+        tmp.write_text(buffer.getvalue())
+
+
+class TensorBoardLog:
+    """Each epoch's row as scalars under ``<work_dir>/tensorboard`` (nothing when TensorBoard is missing)."""
+
+    def __init__(self, work_dir: Path) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # TensorBoard is optional
+            self.writer = None
+        else:
+            self.writer = SummaryWriter(log_dir=str(Path(work_dir) / "tensorboard"))
+
+    def add(self, row: dict) -> None:
+        if self.writer is not None:
+            for name, value in row.items():
+                if name != "epoch":
+                    self.writer.add_scalar(name, value, row["epoch"])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

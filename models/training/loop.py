@@ -1,0 +1,191 @@
+"""The training loop (paper §3.3): epochs of steps, validation, plateau LR decay, early stopping and the best
+model by validation, resumable from its checkpoints — composed from the modules of this package."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from models.distributed import SINGLE_PROCESS, Distributed
+from models.loader import DeviceBatch, HostBatch
+from models.losses import Loss
+from models.losses.checks import value_checks
+from models.settings import TrainSettings
+from models.training.checkpoint import Checkpoints, TrainingState, non_finite
+from models.training.data import PairData, StepPlan, plan_step
+from models.training.history import TensorBoardLog, TrainResult, write_history
+from models.training.setup import build_setup
+from models.training.step import LogReading, StepLog, StepLosses, train_step
+from models.training.validation import validation_loss, validation_order
+
+
+class Trainer:
+    """Trains ``model`` with ``losses`` on ``data``'s train positions, validating on its val positions after
+    every epoch, into ``work_dir`` (checkpoints, ``history.csv``); :meth:`fit` runs (or resumes) it."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        losses: Sequence[Loss],
+        data: PairData,
+        train_positions: np.ndarray,
+        val_positions: np.ndarray,
+        settings: TrainSettings,
+        seed: int,
+        work_dir: Path,
+        neighbors: np.ndarray | None = None,
+        device: torch.device | None = None,
+        progress: bool | None = None,
+        distributed: Distributed = SINGLE_PROCESS,
+    ) -> None:
+        self.setup = build_setup(
+            model, losses, data, train_positions, settings, seed, neighbors, device, distributed
+        )
+        self.data = data
+        self.settings = settings
+        self.seed = seed
+        self.work_dir = Path(work_dir)
+        self.progress = progress
+        self.distributed = distributed
+        self.val_positions = validation_order(val_positions, data.group_ids)
+        #: whether this run's losses have checked their inputs' values yet (on the first step only)
+        self._inputs_checked = False
+        s = self.setup
+        self.checkpoints = Checkpoints(
+            self.work_dir,
+            TrainingState(s.model, s.optimizer, s.scheduler, s.sampler, s.flip_generator, s.scaler),
+            distributed,
+        )
+
+    # the parts callers and tests reach for
+    @property
+    def model(self) -> nn.Module:
+        return self.setup.model
+
+    @property
+    def device(self) -> torch.device:
+        return self.setup.device
+
+    @property
+    def sampler(self):
+        return self.setup.sampler
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.setup.optimizer
+
+    @property
+    def loader(self):
+        return self.setup.loader
+
+    # ------------------------------------------------------------------ steps
+    def epoch_plans(self) -> Iterator[StepPlan]:
+        """This process's share of each of the epoch's global batches (batches no rank can share skipped)."""
+        for batch in self.sampler.epoch():
+            if (plan := plan_step(batch, self.data, self.distributed)) is not None:
+                yield plan
+
+    def host_batch(self, plan: StepPlan) -> HostBatch:
+        """What a loader worker prepares for a training step: this rank's rows on the host."""
+        return self.data.host_batch(plan.local.rows, self.settings.image_size, plan.text_width)
+
+    def train_step(self, plan: StepPlan, loaded: DeviceBatch) -> StepLosses:
+        return train_step(self.setup, self.settings, self.distributed, plan, loaded)
+
+    def validation_loss(self) -> float:
+        return validation_loss(
+            self.setup,
+            self.data,
+            self.val_positions,
+            self.settings.batch_size,
+            self.settings.image_size,
+            self.distributed,
+        )
+
+    # ------------------------------------------------------------------ loop
+    def _kept(self, epoch: int) -> str:
+        """What a failed epoch leaves: nothing is written before an epoch ends, so the files of ``epoch``."""
+        if epoch < 1:
+            return f"no epoch had been checkpointed in {self.work_dir} yet"
+        return f"the last good checkpoint (epoch {epoch}) is kept in {self.work_dir}"
+
+    def _train_epoch(self, epoch: int) -> tuple[LogReading, int]:
+        """One epoch of steps; its loss sums and the rows it trained. A non-finite loss is found when the
+        losses are read (every ``log_every_steps`` steps and at the end): the model and optimiser are then
+        put back to their state at the start of the epoch, the last checkpointed one, and the error names
+        the epoch and the first bad batch. Nothing is written during an epoch, so no file ever holds it."""
+        start_state = copy.deepcopy((self.model.state_dict(), self.optimizer.state_dict()))
+        log, rows_seen = StepLog(), 0
+        per_epoch = self.sampler.batches_per_epoch
+        bar = tqdm(
+            self.loader(self.epoch_plans(), self.host_batch),
+            total=per_epoch,
+            desc=f"epoch {epoch}/{self.settings.epochs}",
+            disable=True if self.progress is False or not self.distributed.is_main else None,  # None: a terminal
+            leave=False,
+        )
+        for index, (plan, loaded) in enumerate(bar):
+            # the losses' input checks read values back: once per run is enough (the model is the same)
+            with value_checks(not self._inputs_checked):
+                log.add(self.train_step(plan, loaded), index + 1)
+            self._inputs_checked = True
+            rows_seen += len(plan.merged.rows)
+            if (index + 1) % self.settings.log_every_steps == 0 or index + 1 == per_epoch:
+                self._check_finite(log.read(), epoch, start_state, bar)
+        reading = log.read()
+        self._check_finite(reading, epoch, start_state, bar)
+        return reading, rows_seen
+
+    def _check_finite(self, reading: LogReading, epoch: int, start_state: tuple, bar: tqdm) -> None:
+        if reading.first_non_finite is not None:
+            self.model.load_state_dict(start_state[0])
+            self.optimizer.load_state_dict(start_state[1])
+            where = f"at epoch {epoch}, batch {reading.first_non_finite[0]}/{self.sampler.batches_per_epoch}"
+            raise FloatingPointError(f"{reading.non_finite_message()} {where}; {self._kept(epoch - 1)}")
+        if reading.steps:
+            bar.set_postfix(loss=f"{reading.means()['loss']:.4f}")
+
+    def fit(self) -> TrainResult:
+        result = TrainResult()
+        start_epoch = self.checkpoints.resume(result)
+        main = self.distributed.is_main  # rank 0 alone writes files
+        board = TensorBoardLog(self.work_dir) if main else None
+        for epoch in range(start_epoch + 1, self.settings.epochs + 1):
+            if result.plateaued(epoch - 1, self.settings.early_stopping_patience):
+                result.stopped_early_at = epoch - 1
+                break
+            started = time.time()
+            reading, rows_seen = self._train_epoch(epoch)
+            train_seconds = time.time() - started
+            if bad := non_finite(self.model.state_dict()):  # a finite loss can still step to inf weights
+                raise FloatingPointError(f"non-finite weights {bad[:5]} after epoch {epoch}; {self._kept(epoch - 1)}")
+            val_loss = self.validation_loss()
+            self.setup.scheduler.step(val_loss)
+            row = {
+                "epoch": epoch,
+                "val_loss": val_loss,
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "train_seconds": train_seconds,
+                "rows_per_second": rows_seen / max(train_seconds, 1e-9),
+                **{f"train_{name}": value for name, value in reading.means().items()},
+            }
+            if result.record(row) and main:
+                self.checkpoints.save_best(epoch)
+            if board is not None:
+                board.add(row)
+            if main:
+                write_history(self.work_dir, result.history)
+                self.checkpoints.save_last(epoch, result)
+            # no rank starts an epoch before rank 0 has checkpointed the last one: a kill at any point then
+            # resumes every rank from the same epoch
+            self.distributed.barrier()
+        if board is not None:
+            board.close()
+        return result
