@@ -187,3 +187,10 @@ def broadcast_from_main(value: object) -> object:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def all_gather_objects(value: object) -> list[object]:
+    """Every rank's ``value`` (a small picklable object, e.g. validation embeddings), in rank order."""
+    gathered: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered

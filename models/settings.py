@@ -6,6 +6,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 AMP_MODES = ("auto", "off", "bf16", "fp16")
+#: what early stopping and the best checkpoint follow, and whether higher is better: the validation rsum
+#: (R@1 + R@5 + R@10 of both directions, full ranking; VSE++'s and PVSE's criterion, comparable across loss
+#: families) or the validation loss (the paper's §3.3; not comparable across loss families)
+SELECTION_METRICS = {"val_rsum": "max", "val_loss": "min"}
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,13 @@ class TrainSettings:
     #: "finetune": the trunk trains end to end on pixels (paper §3.3); "frozen": it is run once and its
     #: cached features train the projection and the text tower (VSE++ / PVSE's precomputed-feature mode)
     trunk: str = "finetune"
-    #: stop when the validation loss has not improved for this many epochs (None: run every epoch)
+    #: stop when the selection metric has not improved for this many epochs (None: run every epoch)
     early_stopping_patience: int | None = None
+    #: what early stopping and ``model_best.pt`` follow (:data:`SELECTION_METRICS`); the plateau LR decay
+    #: always follows the validation loss (§3.3). Every profile selects by ``val_rsum``
+    selection: str = "val_loss"
+    #: the validation rsum ranks at most this many validation pairs (a fixed sample of whole groups above it)
+    selection_max_pairs: int = 5000
     #: mixed precision on CUDA: "auto" is bf16 where the GPU supports it, else fp16 with a GradScaler; "off"
     #: trains in fp32. Never used on CPU (runs there stay exactly fp32), but part of the output hash: it
     #: changes the numbers a GPU run produces
@@ -66,6 +75,8 @@ class TrainSettings:
     def __post_init__(self) -> None:
         if self.amp not in AMP_MODES:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
+        if self.selection not in SELECTION_METRICS:
+            raise ValueError(f"selection must be one of {sorted(SELECTION_METRICS)}, got {self.selection!r}")
         if self.log_every_steps < 1:
             raise ValueError(f"log_every_steps must be >= 1, got {self.log_every_steps}")
         if self.nproc_per_node < 1 or self.nnodes < 1:

@@ -98,7 +98,11 @@ class Profile:
         return asdict(value) if hasattr(value, "__dataclass_fields__") else value
 
 
-PAPER = Profile(name="paper")
+#: every profile selects checkpoints (and stops early) by the validation rsum, the field's criterion (VSE++,
+#: PVSE): a loss value is not comparable across loss families, and is not the metric the report compares
+SELECT_BY_RSUM = {"selection": "val_rsum"}
+
+PAPER = Profile(name="paper", train=TrainSettings(**SELECT_BY_RSUM))
 
 # PVSE's hardest-negative hinge (its --max_violation, the paper profile's default) collapses from a
 # random-init trunk: on the demo both directions sat at the margin with chance R@1 (0.20 5-way); summing the
@@ -138,6 +142,7 @@ DEMO = Profile(
         early_stopping_patience=3,
         lr_patience=2,
         learning_rate=1e-3,
+        **SELECT_BY_RSUM,
     ),
     seeds_by_variant=HEADLINE_SEEDS,
 )

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -27,7 +28,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from models.losses import build_loss
+from models.training import Trainer
 from pipeline import Evaluate, Train
+from pipeline.tasks.training import load_pair_data, load_trained_model
 from serving.bundle import BundleError, load_bundle
 from serving.cli import main
 from serving.embed import Embedder
@@ -128,6 +132,35 @@ def test_bundle_embeds_the_test_split_exactly_as_evaluate_did(pipeline_index):
     assert manifest["metrics"]["n_test"] == len(rows) and manifest["variant"]["label"] == "Ours"
     index = GalleryIndex.open(pipeline_index.output_path("index"))
     assert len(index.items) == len(rows) and index.meta["search"]["image"]["backend"] == "exact"
+
+
+def test_training_validation_and_serving_embed_the_same_pairs_into_the_same_vectors(tmp_path, pipeline_index):
+    """One inference path: the validation pass of a Trainer holding the trained model (cached trunk features)
+    and the exported bundle (pixels through its trunk) give the same vectors for the validation pairs."""
+    train = pipeline_index.requires()["train"]
+    inputs = train.requires()
+    data, manifest = load_pair_data(inputs, train.train_settings().max_text_tokens)
+    model, _ = load_trained_model({**inputs, "train": train}, data)
+    split = manifest["split"].to_numpy()
+    trainer = Trainer(
+        model,
+        [build_loss(loss["name"], **loss["params"]) for loss in train.variant_spec()["losses"]],
+        data,
+        np.flatnonzero(split == "train"),
+        np.flatnonzero(split == "val"),
+        replace(train.train_settings(), selection="val_rsum"),
+        0,
+        tmp_path,
+        neighbors=inputs["neighbors"].sampling_pool(np.flatnonzero(split == "train"), 5),
+        progress=False,
+        validation_score=lambda image, text: {"val_rsum": 0.0},
+    )
+    validated, _ = trainer.validate()
+    val = manifest.iloc[trainer.val_positions]
+    embedder = Embedder(load_bundle(pipeline_index.output_path("bundle")))
+    images = embedder.embed_pixels(inputs["prepared"].images()[val["cache_row"].to_numpy()])
+    np.testing.assert_allclose(images[:, 0], validated.image, atol=1e-4)
+    np.testing.assert_allclose(embedder.embed_texts(val["text"].tolist())[:, 0], validated.text, atol=1e-5)
 
 
 def test_a_pvse_bundle_keeps_its_spatial_trunk_and_k_embeddings(tmp_path, pipeline_index):

@@ -10,7 +10,6 @@ being redone is set aside so the file and the recorded best epoch always agree.
 from __future__ import annotations
 
 import io
-import math
 import os
 import random
 import shutil
@@ -34,7 +33,7 @@ BEST_CHECKPOINT = "model_best.pt"
 #: what a resumable checkpoint must hold
 CHECKPOINT_KEYS = frozenset(
     "epoch model optimizer scheduler sampler flip_generator torch_rng numpy_rng python_rng history "
-    "best_epoch best_val_loss".split()
+    "best_epoch best_score".split()
 )
 
 
@@ -80,7 +79,7 @@ class Checkpoints:
                 "python_rng": random.getstate(),
                 "history": result.history,
                 "best_epoch": result.best_epoch,
-                "best_val_loss": result.best_val_loss,
+                "best_score": result.best_score,
                 # fp16 loss scale, so a resumed mixed-precision run scales as the uninterrupted one
                 **({"grad_scaler": s.scaler.state_dict()} if s.scaler is not None else {}),
             },
@@ -121,11 +120,11 @@ class Checkpoints:
         if not self.distributed.active:
             return result.resumed_from_epoch
         loaded, best = broadcast_from_main(
-            (loaded, (result.best_epoch, result.best_val_loss)) if self.distributed.is_main else None
+            (loaded, (result.best_epoch, result.best_score)) if self.distributed.is_main else None
         )
         if not self.distributed.is_main and loaded is not None:
             self._restore(torch.load(self.work_dir / loaded, map_location="cpu", weights_only=False), result)
-        result.best_epoch, result.best_val_loss = best
+        result.best_epoch, result.best_score = best
         return result.resumed_from_epoch
 
     def _read(self, path: Path) -> tuple[dict | None, str]:
@@ -195,7 +194,7 @@ class Checkpoints:
         random.setstate(saved["python_rng"])
         result.history = saved["history"]
         result.best_epoch = saved["best_epoch"]
-        result.best_val_loss = saved["best_val_loss"]
+        result.best_score = saved["best_score"]
         result.resumed_from_epoch = saved["epoch"]
         if s.scaler is not None and "grad_scaler" in saved:
             s.scaler.load_state_dict(saved["grad_scaler"])
@@ -230,7 +229,7 @@ class Checkpoints:
                 RuntimeWarning,
                 stacklevel=3,
             )
-        result.best_epoch, result.best_val_loss = -1, math.inf
+        result.forget_best()
 
 
 def non_finite(tree: object, prefix: str = "") -> list[str]:

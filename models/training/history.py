@@ -10,30 +10,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.files import atomic_path
+from models.settings import SELECTION_METRICS
 
 HISTORY_FILE = "history.csv"
 
 
 @dataclass
 class TrainResult:
+    """The epochs' rows and the best epoch by ``selection`` (a key of the rows, see
+    ``models.settings.SELECTION_METRICS``), with its value ``best_score``."""
+
+    selection: str = "val_loss"
     history: list[dict] = field(default_factory=list)
     best_epoch: int = -1
-    best_val_loss: float = math.inf
+    best_score: float | None = None
     resumed_from_epoch: int = 0
     #: the epoch after which early stopping ended training (None: ran every epoch)
     stopped_early_at: int | None = None
 
+    def improves(self, value: float) -> bool:
+        """Strictly better than the best so far (a tie keeps the earlier epoch)."""
+        if self.best_score is None:
+            return not math.isnan(value)
+        return value > self.best_score if SELECTION_METRICS[self.selection] == "max" else value < self.best_score
+
     def record(self, row: dict) -> bool:
-        """Append an epoch's row; whether its validation loss is a new best (then it becomes the best)."""
+        """Append an epoch's row; whether its selection metric is a new best (then it becomes the best)."""
         self.history.append(row)
-        if row["val_loss"] < self.best_val_loss:
-            self.best_val_loss = row["val_loss"]
+        if self.improves(row[self.selection]):
+            self.best_score = row[self.selection]
             self.best_epoch = row["epoch"]
             return True
         return False
 
+    def forget_best(self) -> None:
+        self.best_epoch, self.best_score = -1, None
+
     def plateaued(self, last_epoch: int, patience: int | None) -> bool:
-        """Early stopping: the validation loss has not improved for ``patience`` epochs (None: never)."""
+        """Early stopping: the selection metric has not improved for ``patience`` epochs (None: never)."""
         return patience is not None and self.best_epoch > 0 and last_epoch - self.best_epoch >= patience
 
 

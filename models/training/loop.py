@@ -23,7 +23,7 @@ from models.training.data import PairData, StepPlan, plan_step
 from models.training.history import TensorBoardLog, TrainResult, write_history
 from models.training.setup import build_setup
 from models.training.step import LogReading, StepLog, StepLosses, train_step
-from models.training.validation import validation_loss, validation_order
+from models.training.validation import ValidationPass, ValidationScore, validation_order, validation_pass
 
 
 class Trainer:
@@ -44,7 +44,15 @@ class Trainer:
         device: torch.device | None = None,
         progress: bool | None = None,
         distributed: Distributed = SINGLE_PROCESS,
+        validation_score: ValidationScore | None = None,
     ) -> None:
+        if settings.selection != "val_loss" and validation_score is None:
+            raise ValueError(
+                f"selection {settings.selection!r} needs validation_score, the function that scores the "
+                "validation embeddings (pipeline.tasks.training builds it from evaluation.protocol), or set "
+                "selection='val_loss'"
+            )
+        self.validation_score = validation_score
         self.setup = build_setup(
             model, losses, data, train_positions, settings, seed, neighbors, device, distributed
         )
@@ -99,15 +107,22 @@ class Trainer:
     def train_step(self, plan: StepPlan, loaded: DeviceBatch) -> StepLosses:
         return train_step(self.setup, self.settings, self.distributed, plan, loaded)
 
-    def validation_loss(self) -> float:
-        return validation_loss(
+    def validate(self) -> tuple[ValidationPass, dict[str, float]]:
+        """One pass over the validation split: its loss, embeddings (when scored) and named scores."""
+        scored = self.validation_score is not None
+        result = validation_pass(
             self.setup,
             self.data,
             self.val_positions,
             self.settings.batch_size,
             self.settings.image_size,
             self.distributed,
+            keep_embeddings=scored,
         )
+        scores = {"val_loss": result.loss}
+        if scored:
+            scores.update(self.validation_score(result.image, result.text))
+        return result, scores
 
     # ------------------------------------------------------------------ loop
     def _kept(self, epoch: int) -> str:
@@ -153,7 +168,7 @@ class Trainer:
             bar.set_postfix(loss=f"{reading.means()['loss']:.4f}")
 
     def fit(self) -> TrainResult:
-        result = TrainResult()
+        result = TrainResult(selection=self.settings.selection)
         start_epoch = self.checkpoints.resume(result)
         main = self.distributed.is_main  # rank 0 alone writes files
         board = TensorBoardLog(self.work_dir) if main else None
@@ -166,11 +181,11 @@ class Trainer:
             train_seconds = time.time() - started
             if bad := non_finite(self.model.state_dict()):  # a finite loss can still step to inf weights
                 raise FloatingPointError(f"non-finite weights {bad[:5]} after epoch {epoch}; {self._kept(epoch - 1)}")
-            val_loss = self.validation_loss()
-            self.setup.scheduler.step(val_loss)
+            _, scores = self.validate()
+            self.setup.scheduler.step(scores["val_loss"])  # the plateau decay follows the loss (§3.3)
             row = {
                 "epoch": epoch,
-                "val_loss": val_loss,
+                **scores,
                 "lr": self.optimizer.param_groups[0]["lr"],
                 "train_seconds": train_seconds,
                 "rows_per_second": rows_seen / max(train_seconds, 1e-9),

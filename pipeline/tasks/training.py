@@ -19,8 +19,10 @@ from models.losses import build_loss
 from models.registry import build_model, model_class
 from models.settings import significant_settings
 from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer, pick_device
+from models.training.validation import validation_order
 from pipeline.base import HashedTask
 from pipeline.profiles import TrainSettings, variant_train_settings
+from pipeline.steps.selection import validation_rsum
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.data import PrepareDataset, Split, integer_group_ids
 from pipeline.tasks.params import DatasetParams
@@ -117,7 +119,8 @@ def imagenet_weights_loaded(model: nn.Module, features: HashedTask | None) -> bo
 
 
 class Train(VariantParams, DatasetParams, HashedTask):
-    """Trains a variant; keeps the best checkpoint by validation loss; resumes a killed run."""
+    """Trains a variant; keeps the best checkpoint by the profile's selection metric (validation rsum, or
+    validation loss); resumes a killed run."""
 
     resumable = True
     outputs = {"checkpoint": BEST_CHECKPOINT, "last_checkpoint": LAST_CHECKPOINT, "history": HISTORY_FILE}
@@ -177,24 +180,40 @@ class Train(VariantParams, DatasetParams, HashedTask):
         torch.manual_seed(config["seed"])
         model = build_variant_model(spec, t, word_vectors, feature_width(data))
         losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
+        val_positions = np.flatnonzero(split == "val")
+        scorer, selection = None, {"metric": "val_loss"}
+        if t.selection == "val_rsum":
+            val_order = validation_order(val_positions, data.group_ids)
+            scorer, selection = validation_rsum(
+                data.group_ids[val_order],
+                manifest["cache_row"].to_numpy()[val_order],
+                manifest["text"].to_numpy()[val_order],
+                t.selection_max_pairs,
+            )
         trainer = Trainer(
             model,
             losses,
             data,
             train_positions,
-            np.flatnonzero(split == "val"),
+            val_positions,
             t,
             config["seed"],
             work_dir,
             neighbors=neighbors,
             device=pick_device(),  # the Trainer takes the GPU of this process's local rank
             distributed=distributed,
+            validation_score=scorer,
         )
         result = trainer.fit()
         epoch_seconds = [row["train_seconds"] for row in result.history]
+        best = next((row for row in result.history if row["epoch"] == result.best_epoch), {})
         return {
             "best_epoch": result.best_epoch,
-            "best_val_loss": result.best_val_loss,
+            "selection": selection,
+            "best_score": result.best_score,
+            "best_val_loss": best.get("val_loss"),
+            "best_val_rsum": best.get("val_rsum"),
+            "max_epochs": t.epochs,
             "epochs": len(result.history),
             "resumed_from_epoch": result.resumed_from_epoch,
             "mean_epoch_seconds": float(np.mean(epoch_seconds)) if epoch_seconds else None,
