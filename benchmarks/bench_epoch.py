@@ -82,7 +82,8 @@ def main() -> None:
     parser.add_argument("--finetune", action="store_true", help="ResNet-18 trained on pixels, not frozen")
     parser.add_argument("--out", default="benchmarks/results/epoch.json")
     args = parser.parse_args()
-    settings = replace(DEMO.train, image_size=args.image_size)
+    # speed only: no validation scoring (selection by the validation loss)
+    settings = replace(DEMO.train, image_size=args.image_size, selection="val_loss")
     if args.finetune:
         settings = replace(settings, backbone="resnet18", trunk="finetune", horizontal_flip=True)
     frozen = settings.trunk == "frozen"

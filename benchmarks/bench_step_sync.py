@@ -51,7 +51,7 @@ def synthetic_pairs(n: int, max_tokens: int) -> PairData:
 
 
 def build_trainer(work_dir: Path, device: torch.device, n: int) -> Trainer:
-    settings = replace(DEMO.train, pretrained=False)
+    settings = replace(DEMO.train, pretrained=False, selection="val_loss")  # steps only: nothing validated
     spec = resolve_variant("ours")
     torch.manual_seed(0)
     config = EncoderConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32), FEATURES)

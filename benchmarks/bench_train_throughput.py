@@ -152,6 +152,7 @@ def settings_for(args) -> object:
         pretrained=False,  # speed does not depend on the weights; nothing to download
         image_size=args.image_size,
         batch_size=args.batch_size,
+        selection="val_loss",  # steps only: nothing is validated
     )
 
 

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from models.backbones import build_trunk
+from models.recurrent import gru_final_states
 from models.settings import TrainSettings
 
 TRUNK_MODES = ("finetune", "frozen")
@@ -192,8 +193,7 @@ class TextEncoder(nn.Module):
         packed = pack_padded_sequence(
             self.embedding(tokens), lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
         )
-        _, hidden = self.gru(packed)
-        return hidden[-1]
+        return gru_final_states(self.gru, packed)[-1]
 
     def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
         return F.normalize(self.project(self.final_state(tokens, lengths)), dim=-1)

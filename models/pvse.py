@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from models.encoders import EncoderConfig, ImageEncoder, word_embedding, xavier_gru, xavier_linear
+from models.recurrent import gru_final_states
 from models.registry import register_model
 
 PieOutput = tuple[Tensor, Tensor, Tensor]  # (embeddings [B, K, D], residuals [B, K, D], attention [B, K, N])
@@ -143,7 +144,7 @@ class PvseTextEncoder(nn.Module):
         packed = pack_padded_sequence(
             words, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
         )
-        _, final_states = self.gru(packed)  # [2, B, H]: forward direction's last step, backward's first
+        final_states = gru_final_states(self.gru, packed)  # [2, B, H]: forward's last step, backward's first
         global_feature = self.dropout(self.project(torch.cat([final_states[0], final_states[1]], dim=-1)))
         return self.pie(global_feature, words, text_padding_mask(lengths.to(tokens.device), tokens.shape[1]))
 

@@ -24,7 +24,7 @@ from tests.fixtures.recipes.make_fixtures import make_fixture
 pytestmark = pytest.mark.slow
 # the smoke profile trains on cached frozen-trunk features, which this test does not compute; the losses see
 # embeddings either way, so here the trunk trains on the cached pixels
-SETTINGS = replace(SMOKE.train, epochs=1, trunk="finetune")
+SETTINGS = replace(SMOKE.train, epochs=1, trunk="finetune", selection="val_loss")
 
 
 @pytest.fixture(scope="module")
