@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from models.encoders import EncoderConfig
-from models.losses import build_loss
 from models.training import PairData, Trainer
 from models.vse import VSEModel
 from pipeline.profiles import DEMO
@@ -53,10 +52,10 @@ def time_epoch(variant: str, mode: str, data: PairData, n_train: int, settings, 
         replace(settings, pretrained=False), np.zeros((5000, 200)), feature_dim
     )
     model = VSEModel(config)
-    losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
+    losses = spec.build_losses()
     rng = np.random.default_rng(1)
     table = (
-        np.stack([rng.permutation(n_train) for _ in range(k)], axis=1) if spec["neighbor_source"] else None
+        np.stack([rng.permutation(n_train) for _ in range(k)], axis=1) if spec.neighbor_source else None
     )
     with tempfile.TemporaryDirectory() as work:
         trainer = Trainer(

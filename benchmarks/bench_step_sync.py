@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from models.encoders import EncoderConfig
-from models.losses import build_loss
 from models.losses.checks import value_checks
 from models.training import PairData, Trainer
 from models.training.step import StepLog
@@ -55,7 +54,7 @@ def build_trainer(work_dir: Path, device: torch.device, n: int) -> Trainer:
     spec = resolve_variant("ours")
     torch.manual_seed(0)
     config = EncoderConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32), FEATURES)
-    losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
+    losses = spec.build_losses()
     table = np.stack([np.random.default_rng(s).permutation(n) for s in range(10)], axis=1)
     return Trainer(
         VSEModel(config),

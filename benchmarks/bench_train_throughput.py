@@ -36,7 +36,6 @@ import torch
 
 from models.distributed import init_from_environment
 from models.encoders import EncoderConfig
-from models.losses import build_loss
 from models.training import PairData, Trainer
 from models.vse import VSEModel
 from pipeline.profiles import PAPER
@@ -70,7 +69,7 @@ def build_trainer(
     spec = resolve_variant("ours")
     torch.manual_seed(0)
     config = EncoderConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32))
-    losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
+    losses = spec.build_losses()
     rng = np.random.default_rng(1)
     table = np.stack([rng.permutation(n_train) for _ in range(10)], axis=1)
     extra = {"distributed": distributed} if distributed is not None else {}

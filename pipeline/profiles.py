@@ -5,7 +5,7 @@ needs, so a field that does not concern a task never changes that task's output 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from models.settings import TrainSettings
@@ -175,17 +175,6 @@ SMOKE = Profile(
 __all__ = ["TrainSettings", "Profile", "PROFILES", "get_profile"]
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (SMOKE, DEMO, PAPER)}
-
-
-def variant_train_settings(train: TrainSettings, spec: dict[str, Any]) -> TrainSettings:
-    """A profile's training settings with a resolved variant's ``train`` overrides applied."""
-    overrides = spec.get("train", {})
-    unknown = set(overrides) - {f.name for f in fields(TrainSettings)}
-    if unknown:
-        raise KeyError(
-            f"unknown training settings {sorted(unknown)}; see TrainSettings in models/settings.py"
-        )
-    return replace(train, **overrides)
 
 
 def get_profile(name: str) -> Profile:

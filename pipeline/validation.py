@@ -18,6 +18,7 @@ def check_run_names(
     """Raise :class:`RunConfigurationError` for an unknown profile, dataset, variant or override target."""
     from data_recipes import RECIPES
     from pipeline.profiles import PROFILES
+    from pipeline.variant_spec import VariantError
     from pipeline.variants import VARIANTS, resolve_variant
 
     if profile not in PROFILES:
@@ -36,8 +37,8 @@ def check_run_names(
     for name, changes in overrides.items():
         try:
             resolve_variant(name, dict(changes))
-        except KeyError as error:
-            raise RunConfigurationError(f"bad override for variant {name!r}: {error.args[0]}") from None
+        except VariantError as error:
+            raise RunConfigurationError(f"bad override for variant {name!r}: {error}") from None
 
 
 def gpu_shortfall(processes_by_variant: Mapping[str, int], host_gpus: int, scheduler_gpus: int) -> str | None:
@@ -64,16 +65,16 @@ def check_gpu_fit(profile: str, variants: Iterable[str], overrides: Mapping[str,
     import luigi
     import torch
 
-    from pipeline.profiles import PROFILES, variant_train_settings
+    from pipeline.profiles import PROFILES
     from pipeline.variants import resolve_variant
 
     if not torch.cuda.is_available():
         return
     settings = PROFILES[profile]
     processes = {
-        name: variant_train_settings(
-            settings.train, resolve_variant(name, dict(overrides.get(name, {})), settings.loss_defaults)
-        ).nproc_per_node
+        name: resolve_variant(name, dict(overrides.get(name, {})), settings.loss_defaults)
+        .train_settings(settings.train)
+        .nproc_per_node
         for name in variants
     }
     scheduler_gpus = luigi.configuration.get_config().getint("resources", "gpu", 1)

@@ -7,39 +7,15 @@ parameter of an existing one for an ablation).
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from evaluation.tables import TABLE_1, TABLE_2, TABLE_4
+from pipeline.variant_spec import LossSpec, SearchSpace, Variant, VariantError
 
-
-@dataclass(frozen=True)
-class LossSpec:
-    name: str
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    label: str
-    losses: tuple[LossSpec, ...]
-    model: str = "vse"
-    #: "text" (Doc2Vec neighbors, the paper's method), "image" (CNN-feature neighbors) or None
-    neighbor_source: str | None = None
-    model_options: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "label": self.label,
-            "model": self.model,
-            "model_options": dict(self.model_options),
-            "neighbor_source": self.neighbor_source,
-            "losses": [{"name": spec.name, "params": dict(spec.params)} for spec in self.losses],
-        }
-
+#: the tuned protocol's default space for the headline variants: one learning-rate grid for all, so no
+#: method gets more knobs (or trials) than another
+LEARNING_RATE_GRID = SearchSpace({"train.learning_rate": (3e-4, 1e-3, 3e-3)})
 
 ANGULAR = LossSpec("angular", {"form": "smooth", "alpha_degrees": 45.0, "symmetric": True})
 WITHIN_ANGULAR = LossSpec("within_modality", {"form": "angular", "alpha": 0.2, "beta": 0.3})
@@ -58,9 +34,11 @@ VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
         # Table 1, angular group (§4.2)
-        Variant("ang_np_sym", "Ang+NP+Sym", (ANGULAR,)),
+        Variant("ang_np_sym", "Ang+NP+Sym", (ANGULAR,), search_space=LEARNING_RATE_GRID),
         Variant("ours_img_nns", "Ours (Img NNs)", (ANGULAR, WITHIN_ANGULAR), neighbor_source="image"),
-        Variant("ours", "Ours", (ANGULAR, WITHIN_ANGULAR), neighbor_source="text"),
+        Variant(
+            "ours", "Ours", (ANGULAR, WITHIN_ANGULAR), neighbor_source="text", search_space=LEARNING_RATE_GRID
+        ),
         # Table 1, PVSE backbone
         Variant("pvse", "PVSE", (PVSE,), model="pvse"),
         Variant(
@@ -71,8 +49,14 @@ VARIANTS: dict[str, Variant] = {
             neighbor_source="text",
         ),
         # Table 1, triplet group
-        Variant("trip_np_sym", "Trip+NP+Sym", (TRIPLET,)),
-        Variant("ours_trip", "Ours (Trip)", (TRIPLET, WITHIN_TRIPLET), neighbor_source="text"),
+        Variant("trip_np_sym", "Trip+NP+Sym", (TRIPLET,), search_space=LEARNING_RATE_GRID),
+        Variant(
+            "ours_trip",
+            "Ours (Trip)",
+            (TRIPLET, WITHIN_TRIPLET),
+            neighbor_source="text",
+            search_space=LEARNING_RATE_GRID,
+        ),
         # Table 4 ablations: Eq. 8 without one of its within-modality terms
         Variant(
             "ours_minus_text",
@@ -136,35 +120,14 @@ def paper_grid(caption_groups: bool) -> tuple[str, ...]:
 
 def resolve_variant(
     name: str,
-    overrides: dict[str, Any] | None = None,
-    loss_defaults: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The variant as a plain dict, with ``overrides`` applied.
-
-    ``overrides`` maps a loss name to parameters to change, e.g. ``{"within_modality": {"alpha": 0.5}}``,
-    ``"neighbor_source"`` / ``"model_options"`` to their new values, or ``"train"`` to training settings
-    of this variant only, e.g. ``{"train": {"neighbor_mode": "extra_rows"}}``. ``loss_defaults`` (a
-    profile's, loss name -> parameters) fills parameters the variant leaves unset, before ``overrides``.
-    """
+    overrides: Mapping[str, Any] | None = None,
+    loss_defaults: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Variant:
+    """The variant ``name`` with a profile's ``loss_defaults`` (loss name -> parameters, filling what the
+    variant leaves unset) and then ``overrides`` applied: a loss name -> parameters to change, e.g.
+    ``{"within_modality": {"alpha": 0.5}}``, ``"train"`` -> training settings of this variant only, e.g.
+    ``{"train": {"neighbor_mode": "extra_rows"}}``, ``"model_options"``, ``"neighbor_source"``, ``"label"``.
+    Raises :class:`VariantError` naming an unknown variant, key, loss parameter or setting."""
     if name not in VARIANTS:
-        raise KeyError(f"unknown variant {name!r}; available: {sorted(VARIANTS)}")
-    spec = copy.deepcopy(VARIANTS[name].as_dict())
-    for loss in spec["losses"]:
-        loss["params"] = {**(loss_defaults or {}).get(loss["name"], {}), **loss["params"]}
-    for key, value in (overrides or {}).items():
-        if key in ("neighbor_source", "label"):
-            spec[key] = value
-        elif key == "model_options":
-            spec["model_options"].update(value)
-        elif key == "train":
-            spec["train"] = dict(value)
-        else:
-            matching = [loss for loss in spec["losses"] if loss["name"] == key]
-            if not matching:
-                raise KeyError(
-                    f"override for {key!r} does not match variant {name!r}: its losses are "
-                    f"{[loss['name'] for loss in spec['losses']]}"
-                )
-            for loss in matching:
-                loss["params"].update(dict(value))
-    return spec
+        raise VariantError(f"unknown variant {name!r}; available: {sorted(VARIANTS)}")
+    return VARIANTS[name].with_loss_defaults(loss_defaults or {}).with_overrides(overrides or {})

@@ -23,7 +23,6 @@ import torch.multiprocessing as mp
 
 from models.distributed import Distributed, merge_shards, shard_batch
 from models.encoders import EncoderConfig
-from models.losses import build_loss
 from models.registry import build_model
 from models.settings import TrainSettings
 from models.training import LAST_CHECKPOINT, PairData, StepPlan, Trainer
@@ -72,25 +71,25 @@ def make_trainer(
     variant: str, mode: str, work_dir: Path, distributed: Distributed, epochs: int = 3
 ) -> Trainer:
     spec = resolve_variant(variant)
-    options = {"dropout": 0.0} if spec["model"] == "pvse" else {}  # dropout masks differ between layouts
+    options = {"dropout": 0.0} if spec.model == "pvse" else {}  # dropout masks differ between layouts
     torch.manual_seed(0)
     settings = replace(SETTINGS, neighbor_mode=mode, epochs=epochs)
     config = EncoderConfig.from_settings(
         replace(settings, pretrained=False), np.zeros((VOCAB, 8), dtype=np.float32), FEATURE_DIM
     )
-    model = build_model(spec["model"], config, None, **options)
-    losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
+    model = build_model(spec.model, config, None, **options)
+    losses = spec.build_losses()
     table = np.stack([(np.arange(N_TRAIN) + shift) % N_TRAIN for shift in (1, 2, 3)], axis=1)
     return Trainer(
         model,
         losses,
-        tiny_data(spatial=spec["model"] == "pvse"),
+        tiny_data(spatial=spec.model == "pvse"),
         np.arange(N_TRAIN),
         np.arange(N_TRAIN, N_PAIRS),
         settings,
         0,
         work_dir,
-        neighbors=table if spec["neighbor_source"] else None,
+        neighbors=table if spec.neighbor_source else None,
         device=torch.device("cpu"),
         progress=False,
         distributed=distributed,

@@ -58,7 +58,7 @@ def test_frozen_trunk_features_are_computed_once_and_shared(smoke_run):
     assert sorted(task.spatial for task in features) == [False, True]
     pooled = next(task for task in features if not task.spatial)
     trains = [task for task in ran.ran if task.get_task_family() == "Train"]
-    vse_trains = [task for task in trains if task.variant_spec()["model"] == "vse"]
+    vse_trains = [task for task in trains if task.variant_spec().model == "vse"]
     assert len(vse_trains) >= 2
     for train in vse_trains:
         assert train.requires()["features"].output_dir() == pooled.output_dir()

@@ -28,7 +28,6 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from models.losses import build_loss
 from models.training import Trainer
 from pipeline import Evaluate, Train
 from pipeline.tasks.training import load_pair_data, load_trained_model
@@ -144,7 +143,7 @@ def test_training_validation_and_serving_embed_the_same_pairs_into_the_same_vect
     split = manifest["split"].to_numpy()
     trainer = Trainer(
         model,
-        [build_loss(loss["name"], **loss["params"]) for loss in train.variant_spec()["losses"]],
+        train.variant_spec().build_losses(),
         data,
         np.flatnonzero(split == "train"),
         np.flatnonzero(split == "val"),

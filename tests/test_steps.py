@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,6 +16,7 @@ from pipeline.steps.neighbors import annoy_neighbor_table, exact_neighbors, reca
 from pipeline.steps.splits import assign_splits
 from pipeline.steps.text import PAD, UNK, encode_texts, tokenize
 from pipeline.steps.word_vectors import train_word_vectors
+from pipeline.variant_spec import VariantError
 from pipeline.variants import VARIANTS, resolve_variant
 
 
@@ -141,10 +144,39 @@ def test_stable_hash_ignores_key_order():
 
 def test_variant_overrides_change_only_the_named_loss():
     spec = resolve_variant("ours", {"within_modality": {"alpha": 0.7}})
-    assert spec["losses"][1]["params"]["alpha"] == 0.7
+    assert spec.losses[1].params["alpha"] == 0.7
     assert VARIANTS["ours"].losses[1].params["alpha"] == 0.2, "the registry entry is not mutated"
-    with pytest.raises(KeyError, match="does not match"):
+    with pytest.raises(VariantError, match="does not match"):
         resolve_variant("ang_np_sym", {"within_modality": {"alpha": 0.7}})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"within_modality": {"alpah": 0.7}}, r"unknown parameter\(s\) of loss 'within_modality' \['alpah'\]; valid: \[.*'alpha'"),
+        ({"train": {"learning_rat": 0.1}}, r"unknown training setting\(s\) \['learning_rat'\]; valid: \[.*'learning_rate'"),
+        ({"model_options": {"num_embed": 2}}, r"unknown model option\(s\) of 'vse' \['num_embed'\]"),
+        ({"neighbor_source": "txt"}, r"neighbor_source 'txt' is unknown; valid: \('text', 'image', None\)"),
+    ],
+)
+def test_a_typo_in_an_override_is_refused_when_the_variant_is_built_naming_the_valid_keys(overrides, named):
+    with pytest.raises(VariantError, match=named):
+        resolve_variant("ours", overrides)
+
+
+def test_a_search_space_names_real_settings_and_its_trials_honour_one_budget():
+    from pipeline.variant_spec import SearchSpace
+
+    with pytest.raises(VariantError, match="unknown training setting"):
+        replace(VARIANTS["ours"], search_space=SearchSpace({"train.learnin_rate": (1e-3,)}))
+    space = SearchSpace({"train.learning_rate": (3e-4, 1e-3, 3e-3), "angular.alpha_degrees": (30.0, 45.0)})
+    replace(VARIANTS["ours"], search_space=space)  # both paths exist for Ours
+    assert len(space.points()) == 6 and space.points()[0] == {"angular": {"alpha_degrees": 30.0}, "train": {"learning_rate": 3e-4}}
+    drawn = space.trials(3, seed=0)
+    assert len(drawn) == 3 and drawn == space.trials(3, seed=0) and all(p in space.points() for p in drawn)
+    assert VARIANTS["ours"].search_space.trials(3, seed=0) == VARIANTS["ours"].search_space.points()
+    with pytest.raises(VariantError, match="exceeds this search space's 3 points"):
+        VARIANTS["ours"].search_space.trials(4, seed=0)
 
 
 def test_variant_train_overrides_reach_the_train_settings():
@@ -156,28 +188,27 @@ def test_variant_train_overrides_reach_the_train_settings():
     assert task.train_settings().neighbor_mode == "extra_rows"
     assert task.config()["train"]["neighbor_mode"] == "extra_rows"
     assert Train(profile="smoke", variant="ours").config()["train"]["neighbor_mode"] == "in_batch"
-    with pytest.raises(KeyError, match="unknown training settings"):
+    with pytest.raises(VariantError, match="unknown training setting"):
         Train(profile="smoke", variant="ours", variant_overrides={"train": {"nonsense": 1}}).train_settings()
 
 
 def test_every_registered_loss_is_selectable_as_a_variant():
-    from models.losses import LOSSES, build_loss
+    from models.losses import LOSSES
 
     for name in LOSSES:
         spec = resolve_variant(f"loss_{name}")
-        assert name in [loss["name"] for loss in spec["losses"]]
-        for loss in spec["losses"]:
-            build_loss(loss["name"], **loss["params"])
+        assert name in spec.loss_names()
+        spec.build_losses()
 
 
 def test_profile_loss_defaults_fill_unset_parameters_and_overrides_win():
     from pipeline.profiles import get_profile
 
     defaults = get_profile("demo").loss_defaults
-    assert resolve_variant("pvse", loss_defaults=defaults)["losses"][0]["params"] == {"max_violation": False}
-    assert resolve_variant("pvse")["losses"][0]["params"] == {}, (
+    assert resolve_variant("pvse", loss_defaults=defaults).losses[0].params == {"max_violation": False}
+    assert resolve_variant("pvse").losses[0].params == {}, (
         "the paper profile keeps PVSE's hardest negative"
     )
     overridden = resolve_variant("pvse", {"pvse_mil": {"max_violation": True}}, loss_defaults=defaults)
-    assert overridden["losses"][0]["params"] == {"max_violation": True}
+    assert overridden.losses[0].params == {"max_violation": True}
     assert resolve_variant("ours", loss_defaults=defaults) == resolve_variant("ours")

@@ -26,6 +26,7 @@ from pipeline.tasks.training import (
     load_pair_data,
     load_trained_model,
 )
+from pipeline.variant_spec import LossSpec
 
 #: batches are drawn with this seed for every variant, so variants without neighbors see the same batches
 COCOS_SEED = 0
@@ -68,12 +69,11 @@ def collect_cocos(
     return cocos_per_loss(losses, batches)
 
 
-def cocos_loss(loss: dict[str, Any]) -> Loss:
-    """A variant's loss (``{"name", "params"}``) as COCOS measures it: at the one shared ``COCOS_EPS`` (every
-    loss's default threshold), whatever ``cocos_eps`` the variant trained with, since the result records one
-    eps for all of them (the threshold changes no training loss, only its diagnostics)."""
-    params = {key: value for key, value in loss["params"].items() if key != "cocos_eps"}
-    return build_loss(loss["name"], **params)
+def cocos_loss(loss: LossSpec) -> Loss:
+    """A variant's loss as COCOS measures it: at the one shared ``COCOS_EPS`` (every loss's default
+    threshold), whatever ``cocos_eps`` the variant trained with, since the result records one eps for all of
+    them (the threshold changes no training loss, only its diagnostics)."""
+    return build_loss(loss.name, **{key: value for key, value in loss.params.items() if key != "cocos_eps"})
 
 
 class Cocos(VariantParams, DatasetParams, HashedTask):
@@ -94,7 +94,7 @@ class Cocos(VariantParams, DatasetParams, HashedTask):
         data, manifest = load_pair_data(inputs, t.max_text_tokens)
         train_positions = np.flatnonzero((manifest["split"] == "train").to_numpy())
         spec = self.variant_spec()
-        losses = [cocos_loss(loss) for loss in spec["losses"]]
+        losses = [cocos_loss(loss) for loss in spec.losses]
         neighbors = None
         if any(loss.needs_neighbors for loss in losses):
             if "neighbors" not in inputs:

@@ -95,7 +95,7 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
         metrics.update(
             {
                 "variant": self.variant,
-                "label": self.variant_spec()["label"],
+                "label": self.variant_spec().label,
                 "seed": self.seed,
                 "best_epoch": best_epoch,
                 "n_test": len(test_rows),

@@ -67,13 +67,13 @@ def load_run(evaluation: Evaluate, train: Train) -> VariantRun:
     spec = evaluation.variant_spec()
     return VariantRun(
         variant=evaluation.variant,
-        label=spec["label"],
+        label=spec.label,
         seed=evaluation.seed,
         metrics=evaluation.load("metrics"),
         training=train.meta()["summary"],
         hits={name: evaluation.load(name) for name in ("i2t_hits", "t2i_hits")},
         curves=evaluation.load("curves"),
-        loss_names=[loss["name"] for loss in spec["losses"]],
+        loss_names=spec.loss_names(),
         preservation=load_headline_preservation(evaluation),
     )
 
@@ -183,8 +183,8 @@ class Report(GridParams, DatasetParams, HashedTask):
         return qualitative_inputs(
             comparison,
             seed,
-            method.variant_spec()["label"],
-            baseline.variant_spec()["label"],
+            method.variant_spec().label,
+            baseline.variant_spec().label,
             texts,
             thumbnails,
         )
@@ -192,7 +192,7 @@ class Report(GridParams, DatasetParams, HashedTask):
     def produce(self, work_dir: Path) -> dict[str, Any]:
         req = self.requires()
         runs = [load_run(e, train) for e, train in zip(req["evaluations"], req["trains"], strict=True)]
-        cocos = [{"label": task.variant_spec()["label"], **task.load("cocos")} for task in req["cocos"]]
+        cocos = [{"label": task.variant_spec().label, **task.load("cocos")} for task in req["cocos"]]
         tasks = [task_row(task) for task in all_upstream(self) if task is not self]
         inputs = ReportInputs(
             title=f"Crossmodal neighborhoods — {self.dataset} ({self.profile})",
@@ -230,7 +230,7 @@ class Report(GridParams, DatasetParams, HashedTask):
 def search_section(document: Document, search_index: SearchIndex) -> str:
     """The report's last section: how to search the test split with the exported model; returns the command."""
     summary = search_index.meta()["summary"]
-    label = search_index.variant_spec()["label"]
+    label = search_index.variant_spec().label
     command = search_index.serve_command()
     document.heading("Search with this model")
     document.paragraph(

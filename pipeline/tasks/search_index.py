@@ -57,8 +57,8 @@ class SearchIndex(VariantParams, DatasetParams, HashedTask):
         spec = self.variant_spec()
         parts = BundleParts(
             variant=self.variant,
-            label=spec["label"],
-            spec=spec,
+            label=spec.label,
+            spec=spec.as_dict(),
             train=self.train_settings(),
             checkpoint=inputs["train"].output_path("checkpoint"),
             vocab=inputs["words"].load("vocab"),

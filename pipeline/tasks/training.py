@@ -15,19 +15,19 @@ from torch import nn
 
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
 from models.encoders import EncoderConfig
-from models.losses import build_loss
 from models.registry import build_model, model_class
 from models.settings import significant_settings
 from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer, pick_device
 from models.training.validation import validation_order
 from pipeline.base import HashedTask
-from pipeline.profiles import TrainSettings, variant_train_settings
+from pipeline.profiles import TrainSettings
 from pipeline.steps.selection import validation_rsum
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.data import PrepareDataset, Split, integer_group_ids
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
 from pipeline.torchrun_launch import run_with_torchrun
+from pipeline.variant_spec import Variant
 from pipeline.variants import resolve_variant
 
 
@@ -45,14 +45,14 @@ class VariantParams:
         nothing on CPU, where Luigi would otherwise count an undeclared resource as 1 and serialise runs."""
         return {"gpu": 1} if torch.cuda.is_available() else {}
 
-    def variant_spec(self) -> dict[str, Any]:
+    def variant_spec(self) -> Variant:
         return resolve_variant(
             self.variant, recursively_unfreeze(self.variant_overrides), self.settings.loss_defaults
         )
 
     def train_settings(self) -> TrainSettings:
         """The profile's training settings with this variant's ``train`` overrides applied."""
-        return variant_train_settings(self.settings.train, self.variant_spec())
+        return self.variant_spec().train_settings(self.settings.train)
 
 
 def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[PairData, pd.DataFrame]:
@@ -72,9 +72,9 @@ def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[P
     return data, manifest
 
 
-def model_needs_spatial_features(spec: dict[str, Any]) -> bool:
+def model_needs_spatial_features(spec: Variant) -> bool:
     """Whether the variant's model attends over the trunk's feature map (PVSE) rather than its pooled vector."""
-    return bool(getattr(model_class(spec["model"]), "needs_spatial_features", False))
+    return bool(getattr(model_class(spec.model), "needs_spatial_features", False))
 
 
 def trunk_inputs(task: VariantParams, t: TrainSettings) -> dict[str, HashedTask]:
@@ -87,10 +87,10 @@ def trunk_inputs(task: VariantParams, t: TrainSettings) -> dict[str, HashedTask]
 
 
 def build_variant_model(
-    spec: dict[str, Any], t: TrainSettings, word_vectors: np.ndarray, feature_dim: int | None = None
+    spec: Variant, t: TrainSettings, word_vectors: np.ndarray, feature_dim: int | None = None
 ) -> nn.Module:
     config = EncoderConfig.from_settings(t, word_vectors, feature_dim)
-    return build_model(spec["model"], config, word_vectors, **spec["model_options"])
+    return build_model(spec.model, config, word_vectors, **spec.model_options)
 
 
 def feature_width(data: PairData) -> int | None:
@@ -136,7 +136,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
             "prepared": self.clone(PrepareDataset),
             "words": self.clone(TrainWordVectors),
         }
-        source = self.variant_spec()["neighbor_source"]
+        source = self.variant_spec().neighbor_source
         if source:
             required["neighbors"] = self.clone(NeighborTables, space=source)
         required.update(trunk_inputs(self, self.train_settings()))
@@ -144,13 +144,13 @@ class Train(VariantParams, DatasetParams, HashedTask):
 
     def config(self) -> dict[str, Any]:
         spec = self.variant_spec()
-        spec.pop("label")  # presentation only
-        spec.pop("train", None)  # resolved into "train" below
+        variant = spec.as_dict()
+        variant.pop("label")  # presentation only
         return {
-            "variant": spec,
+            "variant": variant,
             # speed-only settings (loader threads, pinning, layout) are left out: they never change the model
             "train": significant_settings(self.train_settings()),
-            "neighbor_sample_k": self.settings.neighbors.sample_k if spec["neighbor_source"] else None,
+            "neighbor_sample_k": self.settings.neighbors.sample_k if spec.neighbor_source else None,
             "seed": self.seed,
         }
 
@@ -179,7 +179,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
         spec = self.variant_spec()
         torch.manual_seed(config["seed"])
         model = build_variant_model(spec, t, word_vectors, feature_width(data))
-        losses = [build_loss(loss["name"], **loss["params"]) for loss in spec["losses"]]
+        losses = spec.build_losses()
         val_positions = np.flatnonzero(split == "val")
         scorer, selection = None, {"metric": "val_loss"}
         if t.selection == "val_rsum":

@@ -1,0 +1,191 @@
+"""What a method variant is, as typed data checked when it is built: its losses (registry names and
+parameters), model, where its semantic neighbors come from, its training-setting changes and the search
+space a fair tuning explores. A typo in any name stops the run at once with the bad key and the valid ones,
+instead of deep inside training.
+
+The table of variants is :mod:`pipeline.variants`; :func:`pipeline.variants.resolve_variant` applies a
+profile's loss defaults and the user's ``--variant-overrides`` to one of them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from models.losses import LOSSES, Loss, build_loss
+from models.registry import model_class
+from models.settings import TrainSettings
+
+NEIGHBOR_SOURCES = ("text", "image", None)
+TRAIN_SETTINGS = frozenset(f.name for f in fields(TrainSettings))
+
+
+class VariantError(ValueError):
+    """A variant, override or search space names something that does not exist; the message says what does."""
+
+
+def parameters_of(function: Callable, skip: int) -> list[str]:
+    """The keyword parameters of ``function`` after its first ``skip`` positional ones."""
+    return list(inspect.signature(function).parameters)[skip:]
+
+
+def check_names(what: str, given: Mapping[str, Any] | set[str], valid: list[str] | frozenset[str]) -> None:
+    unknown = sorted(set(given) - set(valid))
+    if unknown:
+        raise VariantError(f"unknown {what} {unknown}; valid: {sorted(valid)}")
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A registered loss by name, with the parameters its constructor takes."""
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.name not in LOSSES:
+            raise VariantError(f"unknown loss {self.name!r}; registered losses: {sorted(LOSSES)}")
+        check_names(f"parameter(s) of loss {self.name!r}", self.params, parameters_of(LOSSES[self.name], 0))
+
+    def build(self) -> Loss:
+        return build_loss(self.name, **self.params)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "params": dict(self.params)}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Candidate values per setting, by the path ``--variant-overrides`` reaches it by: ``train.<setting>``
+    or ``<loss name>.<parameter>``. Its points are the grid of every combination, in path order."""
+
+    values: Mapping[str, tuple[Any, ...]]
+
+    def __post_init__(self) -> None:
+        bad = [path for path, candidates in self.values.items() if path.count(".") != 1 or not candidates]
+        if bad:
+            raise VariantError(f"search space paths must be '<train or loss>.<name>' with candidates, got {bad}")
+
+    def points(self) -> list[dict[str, dict[str, Any]]]:
+        """Every combination as ``--variant-overrides`` changes (``{"train": {"learning_rate": 0.001}}``)."""
+        paths = sorted(self.values)
+        points = []
+        for combination in itertools.product(*(self.values[path] for path in paths)):
+            point: dict[str, dict[str, Any]] = {}
+            for path, value in zip(paths, combination, strict=True):
+                target, name = path.split(".")
+                point.setdefault(target, {})[name] = value
+            points.append(point)
+        return points
+
+    def trials(self, budget: int, seed: int) -> list[dict[str, dict[str, Any]]]:
+        """``budget`` points: all of them when the grid has exactly that many, else ``budget`` drawn without
+        replacement with ``seed`` (kept in grid order). A budget above the grid's size is refused, so every
+        variant of a comparison gets exactly ``budget`` trials."""
+        points = self.points()
+        if budget > len(points):
+            raise VariantError(
+                f"a tuning budget of {budget} trials exceeds this search space's {len(points)} points "
+                f"({dict(self.values)}): lower the budget for every variant, or widen this space"
+            )
+        if budget == len(points):
+            return points
+        drawn = np.sort(np.random.default_rng(seed).choice(len(points), size=budget, replace=False))
+        return [points[i] for i in drawn]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One method of the comparison grid."""
+
+    name: str
+    label: str
+    losses: tuple[LossSpec, ...]
+    model: str = "vse"
+    #: "text" (Doc2Vec neighbors, the paper's method), "image" (CNN-feature neighbors) or None
+    neighbor_source: str | None = None
+    model_options: Mapping[str, Any] = field(default_factory=dict)
+    #: training settings this variant changes (``TrainSettings`` fields)
+    train: Mapping[str, Any] = field(default_factory=dict)
+    #: what a tuned comparison explores for this variant (None: it is not tuned)
+    search_space: SearchSpace | None = None
+
+    def __post_init__(self) -> None:
+        if not self.losses:
+            raise VariantError(f"variant {self.name!r} has no loss")
+        try:
+            options = parameters_of(model_class(self.model), 2)  # after (config, word_vectors)
+        except KeyError as error:
+            raise VariantError(error.args[0]) from None
+        check_names(f"model option(s) of {self.model!r}", self.model_options, options)
+        if self.neighbor_source not in NEIGHBOR_SOURCES:
+            raise VariantError(f"neighbor_source {self.neighbor_source!r} is unknown; valid: {NEIGHBOR_SOURCES}")
+        check_names("training setting(s)", self.train, TRAIN_SETTINGS)
+        if self.search_space is not None:
+            unsearched = replace(self, search_space=None)
+            for path in self.search_space.values:
+                target, name = path.split(".")
+                unsearched.with_overrides({target: {name: None}})  # the same checks as an override of it
+
+    def loss_names(self) -> list[str]:
+        return [loss.name for loss in self.losses]
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Variant:
+        """This variant with ``--variant-overrides``-shaped changes: a loss name -> parameters to change,
+        ``train`` -> training settings (merged), ``model_options`` (merged), ``neighbor_source``, ``label``."""
+        changes: dict[str, Any] = {}
+        losses = list(self.losses)
+        for key, value in overrides.items():
+            if key in ("neighbor_source", "label"):
+                changes[key] = value
+            elif key in ("model_options", "train"):
+                changes[key] = {**changes.get(key, getattr(self, key)), **dict(value)}
+            elif key in self.loss_names():
+                losses = [replace(loss, params={**loss.params, **dict(value)}) if loss.name == key else loss for loss in losses]
+            else:
+                raise VariantError(
+                    f"override {key!r} does not match variant {self.name!r}: its losses are {self.loss_names()}; "
+                    "other keys: train, model_options, neighbor_source, label"
+                )
+        return replace(self, losses=tuple(losses), **changes)
+
+    def with_loss_defaults(self, defaults: Mapping[str, Mapping[str, Any]]) -> Variant:
+        """Parameters a profile sets for every variant using a loss, where this variant leaves them unset."""
+        losses = tuple(replace(loss, params={**defaults.get(loss.name, {}), **loss.params}) for loss in self.losses)
+        return replace(self, losses=losses)
+
+    def train_settings(self, base: TrainSettings) -> TrainSettings:
+        """A profile's training settings with this variant's changes."""
+        return replace(base, **self.train)
+
+    def build_losses(self) -> list[Loss]:
+        return [loss.build() for loss in self.losses]
+
+    def as_dict(self) -> dict[str, Any]:
+        """What a task hashes and a bundle records (``train`` and ``search_space`` apart: Train hashes the
+        resolved training settings, a Tune its trials)."""
+        return {
+            "name": self.name,
+            "label": self.label,
+            "model": self.model,
+            "model_options": dict(self.model_options),
+            "neighbor_source": self.neighbor_source,
+            "losses": [loss.as_dict() for loss in self.losses],
+        }
+
+
+def merge_overrides(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """``--variant-overrides``-shaped changes, later layers winning per key inside each target."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = dict(value) if isinstance(value, Mapping) else value
+    return merged
