@@ -187,3 +187,37 @@ def plot_preservation_against_k(
     panels[1].legend(loc="upper left", fontsize="small")
     figure.tight_layout()
     return _save(figure, path)
+
+
+def plot_tuning_sensitivity(selections: Mapping[str, Mapping], path: Path) -> Path:
+    """Validation rsum of every tuning trial against its setting, one line per tuned variant, the chosen trial
+    ringed: whether a method's advantage lives at one setting only. ``selections`` maps a variant to its
+    ``selection.json``. A space over one numeric setting puts that setting on the x axis (logarithmic for a
+    learning rate); any other space numbers its trials."""
+    if not selections:
+        raise ValueError("plot_tuning_sensitivity needs at least one variant's selection")
+    figure = Figure(figsize=(6.4, 4.0))
+    axes = figure.subplots()
+    paths = {path for selection in selections.values() for path in selection["space"]}
+    one_setting = len(paths) == 1
+    for selection in selections.values():
+        trials = selection["trials"]
+        if one_setting:
+            target, name = next(iter(paths)).split(".")
+            xs = [float(trial["settings"][target][name]) for trial in trials]
+        else:
+            xs = list(range(1, len(trials) + 1))
+        order = np.argsort(xs, kind="stable")
+        ys = [trial["val_rsum"] for trial in trials]
+        line = axes.plot(np.asarray(xs)[order], np.asarray(ys)[order], marker="o", label=selection["label"])[0]
+        chosen = selection["chosen"]
+        axes.scatter([xs[chosen]], [ys[chosen]], s=160, facecolors="none", edgecolors=line.get_color(), linewidths=2)
+    label = next(iter(paths)) if one_setting else "trial"
+    if one_setting and "learning_rate" in label:
+        axes.set_xscale("log")
+    axes.set_xlabel(label)
+    axes.set_ylabel("validation rsum (R@1+R@5+R@10, both directions)")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    return _save(figure, path)

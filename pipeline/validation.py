@@ -41,6 +41,26 @@ def check_run_names(
             raise RunConfigurationError(f"bad override for variant {name!r}: {error}") from None
 
 
+def check_tuning(profile: str, protocols: Iterable[str], tuned_variants: Iterable[str]) -> None:
+    """Raise :class:`RunConfigurationError` for an unknown protocol, or a tuning budget that some tuned
+    variant's search space cannot fill (every variant of a comparison gets exactly the budget's trials)."""
+    from pipeline.profiles import PROFILES, PROTOCOLS
+    from pipeline.variants import VARIANTS
+
+    unknown = [p for p in protocols if p not in PROTOCOLS]
+    if unknown:
+        raise RunConfigurationError(f"unknown protocol {unknown[0]!r}; valid protocols: {', '.join(PROTOCOLS)}")
+    budget = PROFILES[profile].tuning.budget
+    short = {name: len(VARIANTS[name].search_space.points()) for name in tuned_variants}
+    short = {name: points for name, points in short.items() if points < budget}
+    if short:
+        raise RunConfigurationError(
+            f"the tuning budget is {budget} trials per variant but the search space of "
+            + ", ".join(f"{name!r} has {points} point(s)" for name, points in short.items())
+            + ": every variant of a comparison gets the same number of trials; lower the profile's budget"
+        )
+
+
 def gpu_shortfall(processes_by_variant: Mapping[str, int], host_gpus: int, scheduler_gpus: int) -> str | None:
     """Why the variants' ``nproc_per_node`` cannot run on this host (None when they can): more processes than
     GPUs, or more than Luigi's ``[resources] gpu`` hands out (Luigi would then never schedule that Train and

@@ -77,6 +77,8 @@ def full_run_command(run_root: Path, lock_dir: Path) -> list[str]:
         "[0]",
         "--variant-overrides",
         json.dumps(OVERRIDES),
+        "--protocol",
+        "shared",
         "--run-root",
         str(run_root),
         "--lock-pid-dir",
@@ -232,7 +234,12 @@ def assert_same_as_reference(run_root: Path, reference: Path) -> None:
 def graph(run_root: Path) -> list[HashedTask]:
     """The tasks of the reference command, built in this process (the same signatures as the CLI's)."""
     task = FullRun(
-        profile="smoke", variants=VARIANTS, seeds=[0], variant_overrides=OVERRIDES, run_root=str(run_root)
+        profile="smoke",
+        variants=VARIANTS,
+        seeds=[0],
+        variant_overrides=OVERRIDES,
+        run_root=str(run_root),
+        protocol="shared",
     )
     return all_upstream(task)
 

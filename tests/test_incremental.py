@@ -69,7 +69,13 @@ def runs(tmp_path_factory):
         {"pair_id": "b-html", "image_path": "page.png", "text": _text(rng)},
     ]
     pd.concat([shard_b, pd.DataFrame(extra)]).to_csv(root / "raw_b" / "pairs.csv", index=False)
-    common = {"profile": "smoke", "run_root": str(root / "runs"), "dataset": "pairs", "variants": ["ours"]}
+    common = {
+        "profile": "smoke",
+        "run_root": str(root / "runs"),
+        "dataset": "pairs",
+        "variants": ["ours"],
+        "protocol": "shared",
+    }
     first = FullRun(raw_dir=str(root / "raw_a"), **common)
     result, _ = build([first])
     assert result.status == SUCCESS, result.summary_text

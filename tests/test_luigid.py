@@ -127,6 +127,7 @@ def full_run(
     """``python -m pipeline FullRun`` (or ``entry``, e.g. Luigi's own command) on the smoke profile."""
     command = [*entry, "FullRun", "--profile", "smoke"]
     command += ["--run-root", str(run_root), "--variants", json.dumps(VARIANTS), "--seeds", json.dumps(SEEDS)]
+    command += ["--protocol", "shared"]  # the shared grid: its graph is static (the tuned runs are dynamic)
     # the execution summary is logged at INFO; length 0 lists every task family
     command += ["--log-level", "INFO", "--execution-summary-summary-length", "0", *options]
     with open(log, "wb") as output:
@@ -167,7 +168,7 @@ def execution_summary(log: Path) -> dict[str, Counter]:
 
 def expected_tasks(run_root: Path) -> list:
     """Every task of the FullRun: its HashedTasks (each writes one output directory)."""
-    task = FullRun(profile="smoke", run_root=str(run_root), variants=VARIANTS, seeds=SEEDS)
+    task = FullRun(profile="smoke", run_root=str(run_root), variants=VARIANTS, seeds=SEEDS, protocol="shared")
     return all_upstream(task)
 
 

@@ -45,7 +45,14 @@ def test_smoke_full_run_succeeds_and_reports_every_variant(smoke_run):
     families = ran.families()
     n_runs = sum(len(SMOKE.seeds_for(variant)) for variant in paper_grid(caption_groups=False))
     assert n_runs > len(paper_grid(caption_groups=False)), "the headline rows run several seeds"
-    assert families.count("Train") == n_runs and families.count("Evaluate") == n_runs
+    shared = [t for t in ran.ran if t.get_task_family() == "Evaluate" and not t.variant_overrides]
+    assert len(shared) == n_runs
+    # the tuned protocol: a Tune and TunedRuns per tuned variant; no Train or Evaluate ran twice
+    tuned = [variant for variant in paper_grid(caption_groups=False) if VARIANTS[variant].search_space]
+    assert families.count("Tune") == families.count("TunedRuns") == len(tuned) == 4
+    for family in ("Train", "Evaluate"):
+        ids = [task.task_id for task in ran.ran if task.get_task_family() == family]
+        assert len(ids) == len(set(ids))
     assert families.count("NeighborTables") == 2
     assert families.count("PrepareDataset") == 1
 
@@ -105,14 +112,11 @@ def test_changing_a_loss_weight_reruns_only_that_variant(smoke_run):
     result, ran = build([changed])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
     per_seed = len(SMOKE.seeds_for("ours"))
-    assert (
-        ran.families()
-        == ["Cocos"] * per_seed
-        + ["Evaluate"] * per_seed
-        + ["FullRun", "Report", "SearchIndex"]
-        + ["Train"] * per_seed
-    )
-    assert {t.variant for t in ran.ran if isinstance(t, Train)} == {"ours"}
+    families = ran.families()
+    # the shared protocol's runs of Ours, its tuning (its trials carry the new weight too) and what reads them
+    assert families.count("Cocos") == per_seed and families.count("Tune") == families.count("TunedRuns") == 1
+    assert set(families) == {"Cocos", "Evaluate", "FullRun", "Report", "SearchIndex", "Train", "Tune", "TunedRuns"}
+    assert {t.variant for t in ran.ran if hasattr(t, "variant")} == {"ours"}
     after = {p.parent for p in Path(root).glob(f"*/*/{META_FILE}")}
     assert before <= after, "an ablation never overwrites an earlier result"
     new_train = [t for t in ran.ran if isinstance(t, Train)][0]
@@ -130,6 +134,7 @@ def test_finetuned_trunk_trains_end_to_end_on_pixels(smoke_run):
         variants=["ang_np_sym"],
         seeds=[0],
         variant_overrides={"ang_np_sym": {"train": finetune}},
+        protocol="shared",
     )
     result, ran = build([task])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS, result.summary_text

@@ -87,6 +87,11 @@ class TrainRecorder:
             self.trained.append(task)
 
 
+#: the recipe whose FullRun also runs the tuned protocol (a user's own table must take the whole path); the
+#: others run the shared protocol only, which is what they test
+TUNED_RECIPE = "pairs"
+
+
 def run_full(recipe: str, raw_dir: Path, run_root: Path) -> RecipeRun:
     task = FullRun(
         profile="smoke",
@@ -94,6 +99,7 @@ def run_full(recipe: str, raw_dir: Path, run_root: Path) -> RecipeRun:
         raw_dir=str(raw_dir),
         run_root=str(run_root),
         variants=list(EXPECTED[recipe].variants),
+        protocol="both" if recipe == TUNED_RECIPE else "shared",
     )
     recorder = TrainRecorder()
     luigi.Task.event_handler(luigi.Event.SUCCESS)(recorder)
@@ -151,7 +157,13 @@ def test_recipe_fixture_trains_in_smoke_full_run(recipe, recipe_runs):
         assert (manifest.groupby("group_id")["split"].nunique() == 1).all()
 
     planned = [variant for variant in expected.variants for _ in SMOKE.seeds_for(variant)]
-    assert sorted(train.variant for train in run.trained) == sorted(planned)
+    shared = [train for train in run.trained if not train.variant_overrides]
+    assert sorted(train.variant for train in shared) == sorted(planned)
+    if recipe == TUNED_RECIPE:  # the tuned protocol on a user's own table: its trials and its report seeds
+        payload = report_json["protocols"]
+        assert set(payload["headlines"]) == {"shared", "tuned"} and len(payload["selections"]["ours"]["trials"]) == 2
+    else:
+        assert len(shared) == len(run.trained)
     for train in run.trained:
         history = read_history(train)
         assert [row["epoch"] for row in history] == [1.0, 2.0]  # the smoke profile's 2 epochs

@@ -255,10 +255,10 @@ def test_table_1_and_3_show_mean_and_std_over_seeds(report):
 def test_report_opens_with_the_headline_comparison(report):
     doc, payload, _ = report
     # the title paragraph, then the headline before any table
-    assert doc.blocks[0][0] == "p" and doc.blocks[1] == ("h2", "Headline — Ours vs Ang+NP+Sym")
+    assert doc.blocks[0][0] == "p" and doc.blocks[1] == ("h2", "Headline — Ours vs Ang+NP+Sym under each protocol")
     md = doc.to_markdown()
     assert md.index("## Headline") < md.index("## Table 1")
-    headline = section(md, "Headline")
+    headline = section(md, "Headline details — Ours vs Ang+NP+Sym (shared protocol)")
     result = payload["headline"]
     assert result["available"] and result["method"] == "ours" and result["baseline"] == "ang_np_sym"
     assert (
@@ -347,7 +347,7 @@ def test_headline_finds_a_planted_shift_of_one_tenth():
     # the hits were shifted by exactly 0.1 on every seed
     assert [row["difference"] for row in result["rows"][:2]] == [pytest.approx(0.1), pytest.approx(0.1)]
     doc, _ = build_report(ReportInputs("t", runs, bootstrap_resamples=1000), output_dir=None)
-    assert table_row(section(doc.to_markdown(), "Headline"), "5-way R@1 I→T")[-1] == "Ours higher"
+    assert table_row(section(doc.to_markdown(), "Headline details"), "5-way R@1 I→T")[-1] == "Ours higher"
 
 
 def test_headline_without_a_true_difference_contains_zero_and_still_has_an_mde():
@@ -357,14 +357,14 @@ def test_headline_without_a_true_difference_contains_zero_and_still_has_an_mde()
         assert row["ci_low"] < 0 < row["ci_high"], row
         assert row["mde"] > 0
     doc, _ = build_report(ReportInputs("t", runs, bootstrap_resamples=1000), output_dir=None)
-    assert table_row(section(doc.to_markdown(), "Headline"), "NP text @k=3")[-1] == "not resolved"
+    assert table_row(section(doc.to_markdown(), "Headline details"), "NP text @k=3")[-1] == "not resolved"
 
 
 def test_headline_says_in_one_line_when_a_variant_did_not_run():
     doc, payload = build_report(
         ReportInputs("t", [make_run("ours", "Ours", 0, 0.6, 0.3, 0.2)]), output_dir=None
     )
-    assert doc.blocks[1] == ("h2", "Headline — Ours vs ang_np_sym")
+    assert doc.blocks[1] == ("h2", "Headline — Ours vs ang_np_sym under each protocol")
     assert doc.blocks[2] == (
         "p",
         "Not available: `ang_np_sym` did not run, so `ours` − `ang_np_sym` cannot be computed.",
@@ -378,7 +378,7 @@ def test_headline_compares_the_variants_the_inputs_name():
         "t", report_runs(), method="ours_minus_text", baseline="ours", bootstrap_resamples=500
     )
     doc, payload = build_report(inputs, output_dir=None)
-    assert doc.blocks[1] == ("h2", "Headline — Ours − L_text vs Ours")
+    assert doc.blocks[1] == ("h2", "Headline — Ours − L_text vs Ours under each protocol")
     assert payload["headline"]["n_resamples"] == 500
     assert set(payload["significance"]) == {"ang_np_sym", "ours_minus_text"}
     assert "Paired bootstrap against Ours" in doc.to_markdown()

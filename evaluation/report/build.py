@@ -15,7 +15,6 @@ from evaluation.document import Document
 from evaluation.report.calibration import calibration_section
 from evaluation.report.cocos_table import cocos_section
 from evaluation.report.full_ranking import full_ranking_section
-from evaluation.report.headline import headline_comparison, headline_section
 from evaluation.report.inputs import FIGURES_DIR, ReportInputs
 from evaluation.report.metadata import run_intro, run_metadata_section, training_and_data_section
 from evaluation.report.preservation import (
@@ -23,6 +22,7 @@ from evaluation.report.preservation import (
     table_3_section,
     topic_precision_section,
 )
+from evaluation.report.protocols import protocol_comparisons, protocols_section, tuned_table_1_section
 from evaluation.report.qualitative import qualitative_section
 from evaluation.report.retrieval_tables import (
     ablation_rows,
@@ -42,17 +42,23 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
     The headline, the significance table and Figs. 5–6 compare ``inputs.method`` with ``inputs.baseline``.
     """
     figure_dir = Path(output_dir) / FIGURES_DIR if output_dir is not None else None
-    summary = summarise_variants(inputs.runs)
-    significance = significance_against_baseline(inputs.runs, inputs.baseline)
-    headline = headline_comparison(inputs.runs, inputs.method, inputs.baseline, inputs.bootstrap_resamples)
+    # the tables show the shared protocol's runs; without it, every variant's one run (tuned or not)
+    runs = inputs.runs if "shared" in inputs.protocols else inputs.runs + inputs.tuned_runs
+    summary = summarise_variants(runs)
+    significance = significance_against_baseline(runs, inputs.baseline)
+    comparisons = protocol_comparisons(inputs)
     doc = Document(inputs.title)
     run_intro(doc, inputs.run_info)
 
-    headline_section(doc, headline)
+    tuning_figure = protocols_section(doc, inputs, comparisons, figure_dir)
     table_1_section(doc, summary, significance, inputs.baseline)
+    if "shared" in inputs.protocols and inputs.tuned_runs:
+        tuned_table_1_section(doc, summarise_variants(inputs.tuned_runs), inputs.selections)
     table_2 = table_2_section(doc, summary)
     full_ranking_section(doc, summary)
     figures = calibration_section(doc, inputs, summary, figure_dir)
+    if tuning_figure:
+        figures["tuning_sensitivity"] = tuning_figure
     table_3_section(doc, summary)
     preservation_figure = preservation_against_k_section(doc, summary, figure_dir)
     if preservation_figure:
@@ -68,7 +74,9 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
     payload = {
         "title": inputs.title,
         "run": inputs.run_info,
-        "headline": headline,
+        # the shared protocol's Ours − Ang+NP+Sym (the tuned one's without it), as earlier releases had it
+        "headline": next(iter(comparisons["headlines"].values())),
+        "protocols": comparisons,
         "variants": summary,
         "significance": significance,
         "table_2": table_2,

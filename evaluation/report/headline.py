@@ -132,10 +132,10 @@ def _verdict(row: dict[str, Any], method_label: str, baseline_label: str) -> str
     return "not resolved"
 
 
-def headline_section(doc: Document, headline: dict[str, Any]) -> None:
-    """The report's opening section: does the method beat the baseline, and could this run have told?"""
+def headline_section(doc: Document, headline: dict[str, Any], title_suffix: str = "") -> None:
+    """Does the method beat the baseline, and could this run have told?"""
     method, baseline = headline["method_label"], headline["baseline_label"]
-    doc.heading(f"Headline — {method} vs {baseline}")
+    doc.heading(f"Headline details — {method} vs {baseline}{title_suffix}")
     if not headline["available"]:
         names = " and ".join(f"`{variant}`" for variant in headline["missing"])
         doc.paragraph(

@@ -86,3 +86,9 @@ class ReportInputs:
     method: str = OURS_VARIANT
     #: resamples of the headline's bootstrap over test items and seeds
     bootstrap_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES
+    #: which protocols ran: "shared" (``runs``: every variant at the profile's settings) and/or "tuned"
+    #: (``tuned_runs``: the variants with a search space at their selected settings)
+    protocols: tuple[str, ...] = ("shared",)
+    tuned_runs: list[VariantRun] = field(default_factory=list)
+    #: each tuned variant's ``selection.json`` (Tune): trials, their validation rsum, the choice
+    selections: dict[str, dict[str, Any]] = field(default_factory=dict)

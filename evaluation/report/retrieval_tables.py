@@ -49,7 +49,7 @@ def significance_against_baseline(runs: list[VariantRun], baseline: str = BASELI
     return out
 
 
-def _n_way_rows(summary: dict[str, dict[str, Any]]) -> list[list[str]]:
+def n_way_rows(summary: dict[str, dict[str, Any]]) -> list[list[str]]:
     return [
         [
             s["label"],
@@ -78,7 +78,7 @@ def table_1_section(
     if first:
         doc.table(
             N_WAY_COLUMNS,
-            _n_way_rows(shown),
+            n_way_rows(shown),
             caption=(
                 f"{first['n_way']}-way task on {first['n_test']} test pairs: each query's paired item plus "
                 f"{first['n_way'] - 1} random non-paired test items; {first['redraws']} redraws of distractors "
@@ -118,7 +118,7 @@ def table_2_section(doc: Document, summary: dict[str, dict[str, Any]]) -> list[s
     doc.heading("Table 2 — structure-preserving loss (Struc) vs ours")
     doc.table(
         N_WAY_COLUMNS,
-        _n_way_rows(shown),
+        n_way_rows(shown),
         caption="n-way Recall@1 as in Table 1. GT: the ground-truth groups (captions of one image); NNΩ: "
         "estimated Doc2Vec neighbors (Eq. 5), with the structure constraint in text or image space.",
     )

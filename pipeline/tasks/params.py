@@ -9,8 +9,9 @@ import luigi
 from luigi.freezing import recursively_unfreeze
 
 from data_recipes import CAPTION_GROUP_RECIPES
-from pipeline.profiles import get_profile
-from pipeline.variants import paper_grid
+from pipeline.profiles import TrainSettings, get_profile
+from pipeline.variant_spec import Variant
+from pipeline.variants import VARIANTS, paper_grid, resolve_variant
 
 
 class DatasetParams:
@@ -49,6 +50,24 @@ class DatasetParams:
         return options
 
 
+class VariantChoice:
+    """A method variant with the user's changes to it (a Train, Evaluate, Tune ... of that variant)."""
+
+    variant = luigi.Parameter(default="ours", description="method variant (pipeline/variants.py)")
+    variant_overrides = luigi.DictParameter(
+        default={}, description='loss parameter changes, e.g. {"within_modality": {"alpha": 0.5}}'
+    )
+
+    def variant_spec(self) -> Variant:
+        return resolve_variant(
+            self.variant, recursively_unfreeze(self.variant_overrides), self.settings.loss_defaults
+        )
+
+    def train_settings(self) -> TrainSettings:
+        """The profile's training settings with this variant's ``train`` overrides applied."""
+        return self.variant_spec().train_settings(self.settings.train)
+
+
 class GridParams:
     variants = luigi.ListParameter(
         default=[],
@@ -63,6 +82,27 @@ class GridParams:
     variant_overrides = luigi.DictParameter(
         default={}, description='per-variant loss changes: {"ours": {"within_modality": {"alpha": 0.5}}}'
     )
+    protocol = luigi.Parameter(
+        default="",
+        description="shared (every variant at the profile's settings), tuned (each variant with a search space "
+        "at the settings it chose on validation, the same trial budget for all) or both; default: the profile's",
+    )
+
+    def protocols(self) -> tuple[str, ...]:
+        chosen = self.protocol or get_profile(self.profile).tuning.protocol
+        return ("shared", "tuned") if chosen == "both" else (chosen,)
+
+    def tuned_variants(self) -> list[str]:
+        """The variants with a search space, when the tuned protocol runs."""
+        if "tuned" not in self.protocols():
+            return []
+        return [name for name in self.variant_names() if VARIANTS[name].search_space is not None]
+
+    def shared_variants(self) -> list[str]:
+        """Every variant when the shared protocol runs, else the ones not tuned (they have one setting)."""
+        if "shared" in self.protocols():
+            return self.variant_names()
+        return [name for name in self.variant_names() if name not in self.tuned_variants()]
 
     def seeds_for(self, variant: str) -> list[int]:
         """``--seeds`` when given, else the profile's seeds for ``variant``."""

@@ -34,6 +34,7 @@ from pipeline.tasks.params import DatasetParams, GridParams
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec
 from pipeline.tasks.search_index import SearchIndex
 from pipeline.tasks.training import Train
+from pipeline.tasks.tuning import TunedRuns
 
 #: the headline, the significance table and Figs. 5–6 compare this method with this baseline
 HEADLINE_METHOD, HEADLINE_BASELINE = OURS_VARIANT, BASELINE_VARIANT
@@ -96,12 +97,20 @@ class Report(GridParams, DatasetParams, HashedTask):
     outputs = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
 
     def evaluations(self) -> list[Evaluate]:
+        """The shared protocol's evaluations (every variant at the profile's settings)."""
         return [
             self.clone(
                 Evaluate, variant=variant, seed=int(seed), variant_overrides=self.overrides_for(variant)
             )
-            for variant in self.variant_names()
+            for variant in self.shared_variants()
             for seed in self.seeds_for(variant)
+        ]
+
+    def tuned_runs(self) -> list[TunedRuns]:
+        """The tuned protocol's runs: each variant with a search space at the settings it chose."""
+        return [
+            self.clone(TunedRuns, variant=variant, seeds=self.seeds_for(variant), variant_overrides=self.overrides_for(variant))
+            for variant in self.tuned_variants()
         ]
 
     def per_run(self, task_class: type[HashedTask]) -> list[HashedTask]:
@@ -127,6 +136,7 @@ class Report(GridParams, DatasetParams, HashedTask):
         return {
             "search_index": self.search_index(),
             "evaluations": self.evaluations(),
+            "tuned": self.tuned_runs(),
             "trains": self.per_run(Train),
             "prepared": self.clone(PrepareDataset),
             "dedup": self.clone(Deduplicate),
@@ -140,6 +150,8 @@ class Report(GridParams, DatasetParams, HashedTask):
         return {
             "variants": self.variant_names(),
             "seeds": self.seed_plan(),
+            "protocols": list(self.protocols()),
+            "tuned_variants": self.tuned_variants(),
             "qualitative": QUALITATIVE,
             "headline": {
                 "method": HEADLINE_METHOD,
@@ -192,8 +204,13 @@ class Report(GridParams, DatasetParams, HashedTask):
     def produce(self, work_dir: Path) -> dict[str, Any]:
         req = self.requires()
         runs = [load_run(e, train) for e, train in zip(req["evaluations"], req["trains"], strict=True)]
+        tuned = [load_run(e, e.clone(Train)) for task in req["tuned"] for e in task.evaluations()]
+        selections = {task.variant: task.requires()["tune"].load("selection") for task in req["tuned"]}
         cocos = [{"label": task.variant_spec().label, **task.load("cocos")} for task in req["cocos"]]
-        tasks = [task_row(task) for task in all_upstream(self) if task is not self]
+        # the tuned runs' Train and Evaluate are dynamic dependencies (known once Tune has chosen): added here
+        dynamic = [task for tuned_runs in req["tuned"] for e in tuned_runs.evaluations() for task in all_upstream(e)]
+        every = {task.task_id: task for task in [*all_upstream(self), *dynamic] if task is not self}
+        tasks = [task_row(task) for task in every.values()]
         inputs = ReportInputs(
             title=f"Crossmodal neighborhoods — {self.dataset} ({self.profile})",
             runs=runs,
@@ -208,6 +225,8 @@ class Report(GridParams, DatasetParams, HashedTask):
                 "seeds": self.seed_plan(),
                 "data_seed": self.data_seed,
                 "variants": self.variant_names(),
+                "protocols": list(self.protocols()),
+                "tuned_variants": self.tuned_variants(),
                 "variant_overrides": recursively_unfreeze(self.variant_overrides),
                 "device": runs[0].training.get("device", "cpu") if runs else "cpu",
                 "total_task_wall_time_s": round(sum(t["wall_time_s"] for t in tasks), 1),
@@ -218,6 +237,9 @@ class Report(GridParams, DatasetParams, HashedTask):
             baseline=HEADLINE_BASELINE,
             method=HEADLINE_METHOD,
             bootstrap_resamples=self.settings.eval.bootstrap_resamples,
+            protocols=self.protocols(),
+            tuned_runs=tuned,
+            selections=selections,
         )
         document, payload = build_report(inputs, work_dir)
         payload["serve_command"] = search_section(document, req["search_index"])

@@ -12,7 +12,13 @@ from luigi.freezing import recursively_unfreeze
 
 from pipeline.tasks.params import DatasetParams, GridParams
 from pipeline.tasks.report import Report
-from pipeline.validation import RunConfigurationError, check_gpu_fit, check_run_names, exit_or_raise
+from pipeline.validation import (
+    RunConfigurationError,
+    check_gpu_fit,
+    check_run_names,
+    check_tuning,
+    exit_or_raise,
+)
 
 
 class FullRun(GridParams, DatasetParams, luigi.WrapperTask):
@@ -29,6 +35,7 @@ class FullRun(GridParams, DatasetParams, luigi.WrapperTask):
             overrides = recursively_unfreeze(self.variant_overrides)
             check_run_names(self.profile, self.dataset, self.variants, overrides)
             check_gpu_fit(self.profile, self.variant_names(), overrides)
+            check_tuning(self.profile, [self.protocol] if self.protocol else [], self.tuned_variants())
         except RunConfigurationError as error:
             exit_or_raise(error)
 

@@ -10,7 +10,6 @@ import luigi
 import numpy as np
 import pandas as pd
 import torch
-from luigi.freezing import recursively_unfreeze
 from torch import nn
 
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
@@ -24,18 +23,13 @@ from pipeline.profiles import TrainSettings
 from pipeline.steps.selection import validation_rsum
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.data import PrepareDataset, Split, integer_group_ids
-from pipeline.tasks.params import DatasetParams
+from pipeline.tasks.params import DatasetParams, VariantChoice
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
 from pipeline.torchrun_launch import run_with_torchrun
 from pipeline.variant_spec import Variant
-from pipeline.variants import resolve_variant
 
 
-class VariantParams:
-    variant = luigi.Parameter(default="ours", description="method variant (pipeline/variants.py)")
-    variant_overrides = luigi.DictParameter(
-        default={}, description='loss parameter changes, e.g. {"within_modality": {"alpha": 0.5}}'
-    )
+class VariantParams(VariantChoice):
     seed = luigi.IntParameter(default=0, description="training seed (model init, batches, flips)")
 
     @property
@@ -44,15 +38,6 @@ class VariantParams:
         many a scheduler hands out), so a scheduler never puts more models on a host's GPU than it holds;
         nothing on CPU, where Luigi would otherwise count an undeclared resource as 1 and serialise runs."""
         return {"gpu": 1} if torch.cuda.is_available() else {}
-
-    def variant_spec(self) -> Variant:
-        return resolve_variant(
-            self.variant, recursively_unfreeze(self.variant_overrides), self.settings.loss_defaults
-        )
-
-    def train_settings(self) -> TrainSettings:
-        """The profile's training settings with this variant's ``train`` overrides applied."""
-        return self.variant_spec().train_settings(self.settings.train)
 
 
 def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[PairData, pd.DataFrame]:

@@ -1,0 +1,210 @@
+"""The report's opening section: the headline Ours − Ang+NP+Sym under each protocol that ran, side by side,
+and under the tuned protocol Ours against the strongest baseline by validation rsum and Ours (Trip) against
+Trip+NP+Sym; then how each tuned variant's trials scored on validation (table and figure), and every run the
+epoch cap stopped while it was still improving.
+
+Why the protocols side by side: a method's advantage at one shared schedule may be the baseline's
+disadvantage at that schedule. The tuned protocol gives every variant the same trial budget on validation
+data (Musgrave et al., ECCV 2020); only a difference that survives it is the method's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evaluation.document import Document
+from evaluation.plots import plot_tuning_sensitivity
+from evaluation.report.headline import headline_comparison, headline_section
+from evaluation.report.inputs import FIGURES_DIR, OURS_VARIANT, ReportInputs, VariantRun
+from evaluation.report.retrieval_tables import N_WAY_COLUMNS, n_way_rows
+
+#: the baselines a tuned comparison may call the strongest (by validation rsum), and the triplet pair
+BASELINE_CANDIDATES = ("ang_np_sym", "trip_np_sym")
+TRIPLET_PAIR = ("ours_trip", "trip_np_sym")
+SENSITIVITY_PNG = "tuning_sensitivity.png"
+FAIRNESS = (
+    "The tuned protocol is the fair comparison: every variant had the same budget of trials on the validation "
+    "split and is reported at its own best setting, so no method gains from a schedule chosen for another; "
+    "the shared protocol runs every variant at the profile's one setting (comparable with earlier releases)."
+)
+SHARED_ONLY = (
+    "Only the shared protocol ran: every variant at the profile's one setting, so a difference may be how well "
+    "that setting suits each method; `--protocol both` adds the tuned comparison."
+)
+
+
+def strongest_baseline(selections: dict[str, dict[str, Any]]) -> str | None:
+    """The tuned baseline with the highest validation rsum at its chosen trial (None: none was tuned)."""
+    scored = {
+        name: selection["trials"][selection["chosen"]]["val_rsum"]
+        for name, selection in selections.items()
+        if name in BASELINE_CANDIDATES
+    }
+    return max(scored, key=lambda name: (scored[name], -BASELINE_CANDIDATES.index(name))) if scored else None
+
+
+def protocol_comparisons(inputs: ReportInputs) -> dict[str, Any]:
+    """Every comparison of the opening section (the report.json ``protocols`` entry)."""
+    result: dict[str, Any] = {"ran": list(inputs.protocols), "fair": "tuned" if "tuned" in inputs.protocols else "shared"}
+    headlines = {}
+    if "shared" in inputs.protocols:
+        headlines["shared"] = _compare(inputs, inputs.runs, inputs.method, inputs.baseline)
+    if "tuned" in inputs.protocols:
+        headlines["tuned"] = _compare(inputs, inputs.tuned_runs, inputs.method, inputs.baseline)
+        strongest = strongest_baseline(inputs.selections)
+        result["strongest_baseline"] = strongest
+        result["tuned_comparisons"] = {}
+        if strongest is not None and strongest != inputs.baseline:  # else it is the tuned headline itself
+            result["tuned_comparisons"]["ours_vs_strongest"] = _compare(inputs, inputs.tuned_runs, OURS_VARIANT, strongest)
+        result["tuned_comparisons"]["ours_trip_vs_trip"] = _compare(inputs, inputs.tuned_runs, *TRIPLET_PAIR)
+        result["selections"] = inputs.selections
+    result["headlines"] = headlines
+    result["capped_runs"] = capped_runs(inputs)
+    return result
+
+
+def _compare(inputs: ReportInputs, runs: list[VariantRun], method: str, baseline: str) -> dict[str, Any]:
+    return headline_comparison(runs, method, baseline, inputs.bootstrap_resamples)
+
+
+def capped_runs(inputs: ReportInputs) -> list[dict[str, Any]]:
+    """Every run (each protocol's report runs and every tuning trial) whose best epoch was its last allowed."""
+    found = []
+    for protocol, runs in (("shared", inputs.runs), ("tuned", inputs.tuned_runs)):
+        for run in runs:
+            best, cap = run.training.get("best_epoch"), run.training.get("max_epochs")
+            if best is not None and cap is not None and best >= cap:
+                found.append({"protocol": protocol, "label": run.label, "seed": run.seed, "best_epoch": best})
+    for selection in inputs.selections.values():
+        for trial in selection["trials"]:
+            if trial["capped"]:
+                found.append(
+                    {"protocol": "tuning trial", "label": selection["label"], "settings": trial["settings"], "best_epoch": trial["best_epoch"]}
+                )
+    return found
+
+
+def _cell(headline: dict[str, Any], key: str) -> str:
+    row = next((row for row in headline.get("rows", []) if row["key"] == key), None)
+    if row is None:
+        return "–"
+    return f"{row['difference']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}], MDE {row['mde']:.4f}"
+
+
+def protocols_section(doc: Document, inputs: ReportInputs, comparisons: dict[str, Any], figure_dir: Path | None) -> dict[str, Any]:
+    """The opening section; returns the figure's entry for report.json (empty when not drawn)."""
+    headlines = comparisons["headlines"]
+    first = next(iter(headlines.values()))
+    doc.heading(f"Headline — {first['method_label']} vs {first['baseline_label']} under each protocol")
+    if not any(headline["available"] for headline in headlines.values()):
+        names = " and ".join(f"`{variant}`" for variant in first["missing"])
+        doc.paragraph(
+            f"Not available: {names} did not run, so `{first['method']}` − `{first['baseline']}` cannot be computed."
+        )
+    else:
+        doc.paragraph(FAIRNESS if "tuned" in headlines else SHARED_ONLY)
+        keys = [row["key"] for row in first.get("rows", [])] or ["i2t", "t2i"]
+        metrics = {row["key"]: row["metric"] for headline in headlines.values() for row in headline.get("rows", [])}
+        doc.table(
+            ["Metric", *[f"Δ {protocol} [95% CI]" for protocol in headlines]],
+            [[metrics.get(key, key), *[_cell(h, key) for h in headlines.values()]] for key in keys],
+            caption="Δ = method − baseline, paired bootstrap over test items and seeds (details below); MDE: the "
+            "smallest difference the run could detect (80% power). An interval containing 0 is not resolved.",
+        )
+    figure: dict[str, Any] = {}
+    if "tuned" in headlines:
+        _tuned_comparisons(doc, comparisons)
+        figure = _tuning_section(doc, inputs.selections, figure_dir)
+    _capped_section(doc, comparisons["capped_runs"])
+    for protocol, headline in headlines.items():
+        if headline["available"]:
+            headline_section(doc, headline, title_suffix=f" ({protocol} protocol)")
+    return figure
+
+
+def _tuned_comparisons(doc: Document, comparisons: dict[str, Any]) -> None:
+    tuned = comparisons["tuned_comparisons"]
+    rows = []
+    for headline in tuned.values():
+        if not headline.get("available"):
+            continue
+        for row in headline["rows"]:
+            rows.append([f"{headline['method_label']} − {headline['baseline_label']}", row["metric"], _cell(headline, row["key"])])
+    strongest = comparisons.get("strongest_baseline")
+    labels = {name: selection["label"] for name, selection in comparisons["selections"].items()}
+    which = (
+        f"{labels[strongest]}, " + ("the headline's own baseline" if "ours_vs_strongest" not in tuned else "compared below")
+        if strongest
+        else "none tuned"
+    )
+    doc.paragraph(
+        "Under the tuned protocol the paper's claim is tested against the strongest baseline by validation "
+        f"rsum ({which}), and Ours (Trip) against Trip+NP+Sym."
+    )
+    if rows:
+        doc.table(["Comparison (tuned)", "Metric", "Δ [95% CI]"], rows)
+
+
+def _tuning_section(doc: Document, selections: dict[str, dict[str, Any]], figure_dir: Path | None) -> dict[str, Any]:
+    doc.heading("Tuning on the validation split")
+    any_selection = next(iter(selections.values()), None)
+    if any_selection is None:
+        doc.paragraph("No variant was tuned.")
+        return {}
+    doc.paragraph(
+        f"Budget: {any_selection['budget']} trials per variant (the same for every variant), trained with seed "
+        f"{any_selection['trial_seed']}; rule: {any_selection['rule']}. Only the validation split is read."
+    )
+    rows = [
+        [
+            selection["label"],
+            _settings(trial["settings"]),
+            f"{trial['val_rsum']:.2f}",
+            f"{trial['best_epoch']}/{trial['epochs']} (cap {trial['max_epochs']})",
+            "chosen" if index == selection["chosen"] else "",
+        ]
+        for selection in selections.values()
+        for index, trial in enumerate(selection["trials"])
+    ]
+    doc.table(["Variant", "trial settings", "validation rsum", "best / run epochs", ""], rows)
+    if figure_dir is None:
+        return {}
+    plot_tuning_sensitivity(selections, Path(figure_dir) / SENSITIVITY_PNG)
+    doc.image(
+        f"{FIGURES_DIR}/{SENSITIVITY_PNG}",
+        "Validation rsum of every trial against its setting, one line per variant; the chosen trial ringed.",
+    )
+    return {"file": f"{FIGURES_DIR}/{SENSITIVITY_PNG}"}
+
+
+def _capped_section(doc: Document, capped: list[dict[str, Any]]) -> None:
+    doc.heading("Runs stopped by the epoch cap")
+    if not capped:
+        doc.paragraph("None: every run's best epoch came before its last allowed epoch.")
+        return
+    doc.paragraph(
+        f"{len(capped)} run(s) had their best epoch at the last allowed epoch — still improving when stopped, "
+        "so their numbers may understate the method:"
+    )
+    doc.table(
+        ["Protocol", "Method", "seed / settings", "best epoch"],
+        [[c["protocol"], c["label"], str(c.get("seed", c.get("settings"))), str(c["best_epoch"])] for c in capped],
+    )
+
+
+def tuned_table_1_section(doc: Document, summary: dict[str, dict[str, Any]], selections: dict[str, dict[str, Any]]) -> None:
+    """Table 1's rows of the tuned variants at their chosen settings (the shared rows are Table 1 itself)."""
+    doc.heading("Table 1 under the tuned protocol")
+    doc.table(
+        [*N_WAY_COLUMNS, "chosen setting"],
+        [
+            [*row, _settings(selections[variant]["chosen_settings"]) if variant in selections else ""]
+            for variant, row in zip(summary, n_way_rows(summary), strict=True)
+        ],
+        caption="Each tuned variant trained with the report's seeds at the trial it chose on validation data.",
+    )
+
+
+def _settings(settings: dict[str, dict[str, Any]]) -> str:
+    return ", ".join(f"{target}.{name}={value}" for target, changes in settings.items() for name, value in changes.items())
