@@ -47,22 +47,27 @@ def normalised(value: Any, renames: list[tuple[str, str]]) -> Any:
     return value
 
 
-def differences(a: Any, b: Any, where: str = "") -> list[str]:
+def differences(a: Any, b: Any, where: str = "", added_ok: bool = False) -> list[str]:
+    """Where ``a`` and ``b`` differ; with ``added_ok`` a key only ``b`` has (a field added since) is not one."""
     if isinstance(a, dict) and isinstance(b, dict):
-        found = [f"{where}/{k}: only in one" for k in sorted(set(a) ^ set(b))]
+        extra = set(a) - set(b) if added_ok else set(a) ^ set(b)
+        found = [f"{where}/{k}: only in one" for k in sorted(extra)]
         for key in sorted(set(a) & set(b)):
-            found += differences(a[key], b[key], f"{where}/{key}")
+            found += differences(a[key], b[key], f"{where}/{key}", added_ok)
         return found
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{where}[{i}]")]
+        return [
+            d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{where}[{i}]", added_ok)
+        ]
     return [] if a == b else [f"{where}: {str(a)[:80]} != {str(b)[:80]}"]
 
 
-def evaluations(root: Path, renames: list[tuple[str, str]]) -> dict[tuple, Any]:
+def evaluations(root: Path, renames: list[tuple[str, str]], ignore_overrides: bool = False) -> dict[tuple, Any]:
     found = {}
     for meta_path in sorted(root.glob("Evaluate/*/_meta.json")):
         params = json.loads(meta_path.read_text())["params"]
-        key = (params["variant"], int(params["seed"]), str(ast.literal_eval(params["variant_overrides"] or "{}")))
+        overrides = "" if ignore_overrides else str(ast.literal_eval(params["variant_overrides"] or "{}"))
+        key = (params["variant"], int(params["seed"]), overrides)
         found[key] = normalised(json.loads((meta_path.parent / "metrics.json").read_text()), renames)
     return found
 
@@ -83,16 +88,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
     parser.add_argument("--rename", action="append", default=[], help="old=new: a key renamed between them")
+    parser.add_argument(
+        "--ignore-overrides",
+        action="store_true",
+        help="match evaluations by variant and seed only (the after root ran with --variant-overrides that "
+        "restore the before root's behaviour, e.g. a changed default set back)",
+    )
+    parser.add_argument(
+        "--ignore-added-keys", action="store_true", help="a key only the after root has (a new field) is no difference"
+    )
     args = parser.parse_args(argv)
     renames = [tuple(pair.split("=", 1)) for pair in args.rename]
-    before, after = evaluations(args.before, renames), evaluations(args.after, renames)
+    before = evaluations(args.before, renames, args.ignore_overrides)
+    after = evaluations(args.after, renames, args.ignore_overrides)
     problems = [f"Evaluate {key}: only in one root" for key in sorted(set(before) ^ set(after))]
     for key in sorted(set(before) & set(after)):
-        problems += [f"Evaluate {key}{d}" for d in differences(before[key], after[key])]
+        problems += [f"Evaluate {key}{d}" for d in differences(before[key], after[key], added_ok=args.ignore_added_keys)]
         print(f"Evaluate {key[0]:<16} seed {key[1]}  {digest(before[key])}  {digest(after[key])}")
     report_a, report_b = newest_report(args.before, renames), newest_report(args.after, renames)
+    if args.ignore_overrides:
+        for report in (report_a, report_b):
+            report.get("run", {}).pop("variant_overrides", None)
     print(f"report.json (volatile keys dropped)  {digest(report_a)}  {digest(report_b)}")
-    problems += [f"report.json{d}" for d in differences(report_a, report_b)]
+    problems += [f"report.json{d}" for d in differences(report_a, report_b, added_ok=args.ignore_added_keys)]
     for problem in problems:
         print("DIFFERS", problem)
     print(f"{len(before)} evaluations compared; {'equal' if not problems else f'{len(problems)} differences'}")
