@@ -138,6 +138,9 @@ class HashedTask(luigi.Task):
                         "task_id": self.task_id,
                         "signature": self.signature(),
                         "config": self.config(),
+                        # the file of each declared output, so readers of a run tree (crossmodal export) ask
+                        # the task instead of spelling its file names again
+                        "outputs": dict(self.outputs),
                         "params": {name: str(value) for name, value in self.param_kwargs.items()},
                         "upstream": {
                             task.get_task_family(): str(task.output_dir()) for task in self.upstream()

@@ -19,6 +19,17 @@ def _meta(folder: Path) -> dict[str, Any]:
     return json.loads((folder / META_FILE).read_text())
 
 
+def _output(folder: Path, name: str) -> Path:
+    """The file of declared output ``name`` of the task output ``folder``, as the task's metadata names it."""
+    outputs = _meta(folder).get("outputs")
+    if outputs is None or name not in outputs:
+        raise BundleError(
+            f"{folder / META_FILE} names no output {name!r} (a run tree from before outputs were recorded); "
+            "rerun the pipeline into a new run root"
+        )
+    return folder / outputs[name]
+
+
 def _tail(path: str | Path) -> tuple[str, str]:
     """``(task family, signature)`` of an output folder, however its run root was spelled."""
     parts = Path(path).parts
@@ -86,7 +97,7 @@ def parts_from_train_dir(train_dir: Path) -> BundleParts:
     for path in (run_root / "Evaluate").glob(f"*/{META_FILE}"):
         evaluation = _meta(path.parent)
         if _tail(evaluation["upstream"]["Train"]) == _tail(train_dir):
-            metrics = json.loads((path.parent / "metrics.json").read_text())
+            metrics = json.loads(_output(path.parent, "metrics").read_text())
             break
     spec = meta["config"]["variant"]
     return BundleParts(
@@ -94,8 +105,8 @@ def parts_from_train_dir(train_dir: Path) -> BundleParts:
         label=metrics.get("label", meta["params"]["variant"]),
         spec=spec,
         train=TrainSettings(**meta["config"]["train"]),
-        checkpoint=train_dir / "model_best.pt",
-        vocab=json.loads((words / "vocab.json").read_text()),
+        checkpoint=_output(train_dir, "checkpoint"),
+        vocab=json.loads(_output(words, "vocab").read_text()),
         trunk_seed=int(meta["params"]["data_seed"]),
         image_cache_size=int(prepared["summary"]["image_cache"]["image_size"]),
         metrics=metrics,
