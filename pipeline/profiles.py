@@ -134,9 +134,10 @@ SELECT_BY_RSUM = {"selection": "val_rsum"}
 
 PAPER = Profile(name="paper", train=TrainSettings(**SELECT_BY_RSUM))
 
-# PVSE's hardest-negative hinge (its --max_violation, the paper profile's default) collapses from a
-# random-init trunk: on the demo both directions sat at the margin with chance R@1 (0.20 5-way); summing the
-# violations of all negatives trains (0.55). Offline CPU runs have no ImageNet weights, so they sum.
+# PVSE's hardest-negative hinge (its --max_violation, the paper profile's default) collapsed from a
+# random-init trunk on an earlier demo: both directions sat at the margin with chance R@1 (0.20 5-way);
+# summing the violations of all negatives trained (0.55). The CPU profiles keep the sum; it has not been
+# re-measured on the frozen ImageNet features they now use.
 CPU_LOSS_DEFAULTS = {"pvse_mil": {"max_violation": False}}
 
 #: the headline compares Ours with Ang+NP+Sym (and Ours (Img NNs) with both), and under the tuned protocol
