@@ -157,7 +157,7 @@ def evaluate_test_split(
     doc_vectors: np.ndarray,
     *,
     group_ids: np.ndarray,
-    cache_rows: np.ndarray,
+    image_ids: np.ndarray,
     texts: np.ndarray,
     topics: np.ndarray | None,
     n_way: int,
@@ -169,7 +169,7 @@ def evaluate_test_split(
 ) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Every metric of one variant's test embeddings: :func:`evaluate_embeddings`, then full ranking and
     calibration over the distinct test items (:func:`evaluation.protocol.retrieval_layout` of the pairs'
-    ``group_ids``, image ``cache_rows`` and ``texts``).
+    ``group_ids``, ``image_ids`` (pairs of one image share one) and ``texts``).
 
     Returns the metrics (``metrics.json`` without the run's identity), the per-item arrays the report
     bootstraps (:func:`evaluate_embeddings`) and the PR-curve / score-distribution arrays (``curves.npz``).
@@ -187,7 +187,7 @@ def evaluate_test_split(
         preservation_ks=preservation_ks,
         paper_preservation_ratio=paper_preservation_ratio,
     )
-    layout = retrieval_layout(group_ids, cache_rows, texts)
+    layout = retrieval_layout(group_ids, image_ids, texts)
     metrics["full_ranking"] = full_ranking(image, text, layout)
     calibration_summary, curves = calibration(image, text, group_ids, layout)
     metrics.update(calibration_summary)

@@ -20,8 +20,10 @@ from evaluation.retrieval import coco_folds, full_ranking_metrics
 EVAL_SEED = 0
 
 #: the layout of ``metrics.json`` (hashed into Evaluate's output path, so a run root never mixes layouts):
-#: 2 spells every key ``neighbor`` (``neighbor_preservation``, ``neighbor_preservation_at_k``)
-METRICS_SCHEMA = 2
+#: 2 spells every key ``neighbor`` (``neighbor_preservation``, ``neighbor_preservation_at_k``); 3 tells the
+#: pairs of one image by its path (COCO's and Flickr30k's captions: ``captions_per_image``, where 2 ranked
+#: every pair's copy of the image as a separate item)
+METRICS_SCHEMA = 3
 
 #: settings of the full-ranking and calibration metrics (hashed into Evaluate's output path)
 FULL_EVAL = {
@@ -56,8 +58,10 @@ class RetrievalLayout:
     text_index: np.ndarray
 
 
-def retrieval_layout(group_ids: np.ndarray, cache_rows: np.ndarray, texts: np.ndarray) -> RetrievalLayout:
-    """Detect the retrieval protocol from the test pairs' groups, image cache rows and texts.
+def retrieval_layout(group_ids: np.ndarray, image_ids: np.ndarray, texts: np.ndarray) -> RetrievalLayout:
+    """Detect the retrieval protocol from the test pairs' groups, images and texts. ``image_ids`` name each
+    pair's image (pairs showing the same image share one: the image path, not a cache row, which every
+    pair gets its own of).
 
     Groups whose pairs share neither one image nor one text (a mix) fall back to ``"pairs"``: then the
     other pairs of a group count as negatives in the full ranking (n-way R@1 still excludes them).
@@ -70,7 +74,7 @@ def retrieval_layout(group_ids: np.ndarray, cache_rows: np.ndarray, texts: np.nd
         return RetrievalLayout("pairs", own, own, own, own)
     # codes number groups in order of first appearance, so first[c] is the first row of group c
     first = np.unique(codes, return_index=True)[1]
-    frame = pd.DataFrame({"group": codes, "image": np.asarray(cache_rows), "text": np.asarray(texts)})
+    frame = pd.DataFrame({"group": codes, "image": np.asarray(image_ids), "text": np.asarray(texts)})
     per_group = frame.groupby("group").nunique()
     if (per_group["image"] == 1).all():
         return RetrievalLayout("captions_per_image", first, own, codes, own)
@@ -91,14 +95,17 @@ def _swap_directions(metrics: dict[str, Any]) -> dict[str, Any]:
     return renamed
 
 
-def full_ranking(image: np.ndarray, text: np.ndarray, layout: RetrievalLayout) -> dict[str, Any]:
+def full_ranking(
+    image: np.ndarray, text: np.ndarray, layout: RetrievalLayout, return_ranks: bool = False
+) -> dict[str, Any]:
     """Full-gallery Recall@K, medR, meanR, mAP@k over the distinct test items (VSE++ protocol, Bleeker §3).
 
     ``image`` / ``text`` are the row-aligned test embeddings. With several captions per image, an image
     query is right when any of its captions ranks high; with several images per text, the roles are
     swapped (the function ranks one side with several positives). From ``min_images_for_folds`` distinct
     gallery images on the several-positives side, the first ``fold_images * n_folds`` of them are also
-    evaluated in folds of ``fold_images`` (the COCO 1K protocol) and averaged.
+    evaluated in folds of ``fold_images`` (the COCO 1K protocol) and averaged. ``return_ranks`` adds each
+    direction's per-query ranks to ``"all"`` (``i2t_ranks`` / ``t2i_ranks``).
     """
     settings = FULL_EVAL
     swap = layout.protocol == "images_per_text"
@@ -109,7 +116,7 @@ def full_ranking(image: np.ndarray, text: np.ndarray, layout: RetrievalLayout) -
         owner_of = layout.image_index[layout.text_positions] if layout.protocol != "pairs" else None
     options = {"ks": settings["recall_ks"], "map_k": settings["map_k"]}
     result: dict[str, Any] = {"protocol": layout.protocol}
-    every = full_ranking_metrics(owners, members, owner_of, **options)
+    every = full_ranking_metrics(owners, members, owner_of, return_ranks=return_ranks, **options)
     result["all"] = _swap_directions(every) if swap else every
     n_owners = len(owners)
     if n_owners >= settings["min_images_for_folds"]:

@@ -189,6 +189,10 @@ def test_coco_fixture_produces_table_2(recipe_runs):
     assert counts["test"] == 5 * (1 + len(range(0, n_generated, period)))
     assert counts["val"] == 5 * (1 + len(range(1, n_generated, period)))
 
+    # the full ranking ranks each distinct image once, its five captions all positives (VSE++ protocol)
+    payload = json.loads(run.task.report_path().with_name("report.json").read_text())
+    assert {r["metrics"]["full_ranking"]["protocol"] for r in payload["per_run"]} == {"captions_per_image"}
+
     table_2 = section(run.task.report_path().read_text(), "Table 2")
     for variant in TABLE_2:
         row = table_row(table_2, VARIANTS[variant].label)

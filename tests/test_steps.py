@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from models.doc2vec import infer_vectors
 from pipeline.base import stable_hash
 from pipeline.io import atomic_directory
 from pipeline.profiles import Doc2VecSettings, WordVectorSettings
-from pipeline.steps.doc2vec import document_vectors, infer_vectors, train_doc2vec
+from pipeline.steps.doc2vec import document_vectors, train_doc2vec
 from pipeline.steps.neighbors import annoy_neighbor_table, exact_neighbors, recall_against_exact
 from pipeline.steps.splits import assign_splits
 from pipeline.steps.text import PAD, UNK, encode_texts, tokenize

@@ -58,18 +58,18 @@ def compare_qualitatively(
     baseline: tuple[np.ndarray, np.ndarray],
     doc_vectors: np.ndarray,
     group_ids: np.ndarray,
-    cache_rows: np.ndarray,
+    image_ids: np.ndarray,
     texts: np.ndarray,
     settings: dict[str, Any] = QUALITATIVE,
 ) -> QualitativeComparison:
     """Fig. 5's proximity study and Fig. 6's retrieval examples of the method (``ours``) and the baseline.
 
     ``ours`` / ``baseline`` are the ``(image, text)`` test embeddings of one seed, row-aligned with the test
-    pairs' ``group_ids``, image ``cache_rows``, ``texts`` and Doc2Vec ``doc_vectors``. Fig. 6 ranks the
+    pairs' ``group_ids``, ``image_ids`` (pairs of one image share one), ``texts`` and Doc2Vec ``doc_vectors``. Fig. 6 ranks the
     distinct test images and texts (:func:`evaluation.protocol.retrieval_layout`); Fig. 5 is skipped
     (``proximity`` is ``None``) below ``MIN_PROXIMITY_ITEMS`` test items.
     """
-    layout = retrieval_layout(group_ids, cache_rows, texts)
+    layout = retrieval_layout(group_ids, image_ids, texts)
     proximity = None
     if len(doc_vectors) >= MIN_PROXIMITY_ITEMS:
         proximity = proximity_study(

@@ -25,12 +25,12 @@ def sample_whole_groups(group_ids: np.ndarray, max_pairs: int, seed: int = EVAL_
 
 
 def validation_rsum(
-    group_ids: np.ndarray, cache_rows: np.ndarray, texts: np.ndarray, max_pairs: int
+    group_ids: np.ndarray, image_ids: np.ndarray, texts: np.ndarray, max_pairs: int
 ) -> tuple[Callable[[np.ndarray, np.ndarray], dict[str, float]], dict[str, Any]]:
     """The scorer of validation embeddings (row-aligned with ``group_ids`` etc., the validation positions in
     the trainer's order) and what it ranks, for the run's metadata."""
     rows = sample_whole_groups(group_ids, max_pairs)
-    layout = retrieval_layout(np.asarray(group_ids)[rows], np.asarray(cache_rows)[rows], np.asarray(texts)[rows])
+    layout = retrieval_layout(np.asarray(group_ids)[rows], np.asarray(image_ids)[rows], np.asarray(texts)[rows])
 
     def score(image: np.ndarray, text: np.ndarray) -> dict[str, float]:
         ranked = full_ranking(image[rows], text[rows], layout)["all"]

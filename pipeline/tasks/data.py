@@ -57,6 +57,12 @@ class PreparedTask(ManifestTask):
         return self.load("ground_truth", missing_ok=True)
 
 
+def image_ids(manifest: pd.DataFrame) -> np.ndarray:
+    """One integer per distinct image (pairs showing the same image share it; every pair has a cache row of
+    its own, so cache rows do not tell)."""
+    return pd.factorize(manifest["image_path"].astype(str))[0]
+
+
 def integer_group_ids(manifest: pd.DataFrame) -> pd.Series:
     """One integer per group (rows sharing ``group_id``), or per pair when the dataset has no groups."""
     keys = manifest["pair_id"]

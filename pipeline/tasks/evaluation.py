@@ -19,7 +19,7 @@ from evaluation.protocol import EVAL_SEED, FULL_EVAL, METRICS_SCHEMA
 from models.inference import embed_pairs
 from pipeline.base import HashedTask
 from pipeline.io import save_array, write_json
-from pipeline.tasks.data import PrepareDataset, Split
+from pipeline.tasks.data import PrepareDataset, Split, image_ids
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.training import (
@@ -82,7 +82,7 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
             text,
             doc_vectors,
             group_ids=data.group_ids[test_rows],
-            cache_rows=test_manifest["cache_row"].to_numpy(),
+            image_ids=image_ids(test_manifest),
             texts=test_manifest["text"].to_numpy(),
             topics=topics_of_pairs(inputs["prepared"].ground_truth(), test_manifest["pair_id"]),
             n_way=e.n_way,

@@ -28,7 +28,7 @@ from evaluation.report import (
 from pipeline.base import HashedTask
 from pipeline.io import library_versions, save_text, write_json
 from pipeline.tasks.cocos import Cocos
-from pipeline.tasks.data import Deduplicate, PrepareDataset, Split, integer_group_ids
+from pipeline.tasks.data import Deduplicate, PrepareDataset, Split, image_ids, integer_group_ids
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.params import DatasetParams, GridParams
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec
@@ -182,7 +182,7 @@ class Report(GridParams, DatasetParams, HashedTask):
             (baseline.load("test_image"), baseline.load("test_text")),
             req["doc2vec"].load("doc_vectors")[test_rows],
             integer_group_ids(manifest).to_numpy()[test_rows],
-            cache_rows,
+            image_ids(test_manifest),
             texts,
         )
         thumbnails = write_thumbnails(

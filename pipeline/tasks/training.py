@@ -22,7 +22,7 @@ from pipeline.base import HashedTask
 from pipeline.profiles import TrainSettings
 from pipeline.steps.selection import validation_rsum
 from pipeline.steps.text import encode_texts, tokenize
-from pipeline.tasks.data import PrepareDataset, Split, integer_group_ids
+from pipeline.tasks.data import PrepareDataset, Split, image_ids, integer_group_ids
 from pipeline.tasks.params import DatasetParams, VariantChoice
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
 from pipeline.torchrun_launch import run_with_torchrun
@@ -171,7 +171,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
             val_order = validation_order(val_positions, data.group_ids)
             scorer, selection = validation_rsum(
                 data.group_ids[val_order],
-                manifest["cache_row"].to_numpy()[val_order],
+                image_ids(manifest)[val_order],
                 manifest["text"].to_numpy()[val_order],
                 t.selection_max_pairs,
             )
