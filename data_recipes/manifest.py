@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 REQUIRED_COLUMNS = ("pair_id", "image_path", "text")
@@ -84,3 +85,17 @@ def require_raw_dir(raw_dir: str | Path | None, recipe: str, holding: str) -> Pa
     if raw_dir is None or not Path(raw_dir).is_dir():
         raise FileNotFoundError(f"{recipe} needs raw_dir, {holding}; got {raw_dir}")
     return Path(raw_dir)
+
+
+def image_ids(manifest: pd.DataFrame) -> np.ndarray:
+    """One integer per distinct image (pairs showing the same image share it; every pair has a cache row of
+    its own, so cache rows do not tell)."""
+    return pd.factorize(manifest["image_path"].astype(str))[0]
+
+
+def integer_group_ids(manifest: pd.DataFrame) -> pd.Series:
+    """One integer per group (rows sharing ``group_id``), or per pair when the dataset has no groups."""
+    keys = manifest["pair_id"]
+    if "group_id" in manifest.columns:
+        keys = manifest["group_id"].astype("string").fillna(manifest["pair_id"])
+    return pd.Series(pd.factorize(keys)[0], index=manifest.index, dtype="int64")

@@ -64,13 +64,16 @@ def read_table(path: Path) -> pd.DataFrame:
     kind = READERS.get(path.suffix.lower())
     if kind is None:
         raise ValueError(f"pairs table {path.name} must end in one of {list(READERS)}")
-    # Bytes that are not UTF-8 become lone surrogates instead of stopping the whole read: validation then
-    # rejects exactly those rows as ``invalid_utf8`` and keeps the others.
-    if kind == "csv":
-        return pd.read_csv(path, dtype=object, keep_default_na=False, encoding_errors="surrogateescape")
     if kind == "jsonl":
         return _read_jsonl(path)
-    return pd.read_parquet(path)
+    try:
+        # Bytes that are not UTF-8 become lone surrogates instead of stopping the whole read: validation then
+        # rejects exactly those rows as ``invalid_utf8`` and keeps the others.
+        if kind == "csv":
+            return pd.read_csv(path, dtype=object, keep_default_na=False, encoding_errors="surrogateescape")
+        return pd.read_parquet(path)
+    except (ValueError, OSError, pd.errors.ParserError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        raise ManifestError(f"{path.name} cannot be read as {kind}: {str(error).splitlines()[0]}") from None
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:

@@ -1,12 +1,17 @@
 """A model bundle: one folder holding everything needed to embed new images and texts with a trained model.
 
-Layout (``BUNDLE_FORMAT_VERSION`` 1)::
+Layout (``BUNDLE_FORMAT_VERSION`` 2)::
 
     bundle.json   what the model is: variant, training settings, test metrics, image preprocessing (cache
                   size, trunk input size, normalisation, backbone, trunk mode, pooled or spatial features),
-                  text encoding (tokenizer, max tokens, vocabulary size), embedding width, file checksums
+                  text encoding (tokenizer, max tokens, vocabulary size, the Doc2Vec model's files and
+                  inference epochs), embedding width, file checksums
     weights.pt    {"model": state dict, "trunk": state dict of the frozen trunk or None}
     vocab.json    token -> row of the word embedding (rows 0 and 1: padding and unknown)
+    doc2vec.model the run's Doc2Vec (gensim; large arrays beside it as doc2vec.model.*.npy): infers vectors
+                  for the texts of a table ``crossmodal evaluate`` scores, for neighbor preservation
+
+Version-1 bundles (no Doc2Vec) still load and embed; an evaluation with one skips neighbor preservation.
 
 Why the frozen trunk's weights are copied in: with ``trunk: frozen`` the trained model holds no image trunk
 (it trained on cached features), so a bundle without it could not embed a new photo; copying the weights
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,8 +38,11 @@ from models.registry import build_model, model_class
 from models.settings import TrainSettings
 
 BUNDLE_FORMAT = "crossmodal-bundle"
-BUNDLE_FORMAT_VERSION = 1
+BUNDLE_FORMAT_VERSION = 2
+#: the versions this code reads (1: no Doc2Vec model)
+READABLE_VERSIONS = (1, 2)
 MANIFEST_FILE = "bundle.json"
+DOC2VEC_FILE = "doc2vec.model"
 WEIGHTS_FILE = "weights.pt"
 VOCAB_FILE = "vocab.json"
 
@@ -59,6 +68,10 @@ class BundleParts:
     image_cache_size: int
     metrics: dict[str, Any] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
+    #: the run's gensim Doc2Vec model file (its companion ``<file>.*.npy`` files are copied too) and the
+    #: epochs the pipeline infers new texts' vectors with; None: the bundle cannot give neighbor preservation
+    doc2vec: Path | None = None
+    doc2vec_infer_epochs: int | None = None
 
 
 @dataclass
@@ -87,6 +100,15 @@ class Bundle:
     @property
     def bundle_id(self) -> str:
         return self.manifest["bundle_id"]
+
+    def doc2vec(self):  # noqa: ANN201 - gensim's Doc2Vec, imported only when asked for
+        """The run's Doc2Vec model, or None when the bundle holds none (format 1, or a run without one)."""
+        described = self.text.get("doc2vec")
+        if not described:
+            return None
+        from gensim.models.doc2vec import Doc2Vec
+
+        return Doc2Vec.load(str(self.path / described["file"]))
 
     def identity(self) -> dict[str, Any]:
         """What an index built with this bundle records and checks: vectors of another bundle are not
@@ -195,6 +217,9 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
             "max_tokens": t.max_text_tokens,
             "vocab_size": vocab_size,
             "word_dim": word_dim,
+            "doc2vec": (
+                {"file": DOC2VEC_FILE, "infer_epochs": int(parts.doc2vec_infer_epochs)} if parts.doc2vec else None
+            ),
         },
     }
     model = build_model(parts.spec["model"], encoder_config(manifest), None, **parts.spec["model_options"])
@@ -204,7 +229,13 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
     with atomic_directory(out) as partial:
         torch.save({"model": state, "trunk": trunk_state}, partial / WEIGHTS_FILE)
         (partial / VOCAB_FILE).write_text(json.dumps(parts.vocab, sort_keys=True))
-        manifest["files"] = {name: sha256_of(partial / name) for name in (WEIGHTS_FILE, VOCAB_FILE)}
+        names = [WEIGHTS_FILE, VOCAB_FILE]
+        if parts.doc2vec is not None:  # gensim writes its large arrays beside the model as <file>.*.npy
+            for source in sorted(Path(parts.doc2vec).parent.glob(Path(parts.doc2vec).name + "*")):
+                name = DOC2VEC_FILE + source.name[len(Path(parts.doc2vec).name) :]
+                shutil.copyfile(source, partial / name)
+                names.append(name)
+        manifest["files"] = {name: sha256_of(partial / name) for name in names}
         manifest["bundle_id"] = hashlib.sha256(
             json.dumps(manifest["files"], sort_keys=True).encode()
         ).hexdigest()[:16]
@@ -229,10 +260,10 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{manifest_path} is not a {BUNDLE_FORMAT} manifest")
     version = manifest.get("format_version")
-    if version != BUNDLE_FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise BundleError(
-            f"{path} is bundle format version {version}; this version of crossmodal reads version "
-            f"{BUNDLE_FORMAT_VERSION}. Export the model again with this version (`crossmodal export`)"
+            f"{path} is bundle format version {version}; this version of crossmodal reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}. Export the model again with this version (`crossmodal export`)"
         )
     return manifest
 

@@ -4,6 +4,7 @@
     crossmodal index BUNDLE --images DIR | --table pairs.csv --out INDEX
     crossmodal search INDEX --text "..." | --image PATH [-k 10] [--against image|text] [--json]
     crossmodal serve INDEX [--host 127.0.0.1 --port 8000]
+    crossmodal evaluate BUNDLE [BUNDLE ...] --table pairs.csv --out DIR
 
 Errors a user can fix (a missing or corrupt bundle, a bundle that does not match the index, a query the
 model cannot read) print one line and exit with status 2; nothing prints a traceback for them.
@@ -104,6 +105,28 @@ def _search(args: argparse.Namespace) -> None:
         print(f"{hit.rank:>3}  {hit.score:+.4f}  {hit.item_id}  {text[:100]}")
 
 
+def _evaluate(args: argparse.Namespace) -> None:
+    import time
+
+    from serving.table_evaluation import evaluate_bundles
+
+    started = time.perf_counter()
+    payload = evaluate_bundles(
+        [Path(b) for b in args.bundles], Path(args.table), Path(args.out), args.redraws, progress=True
+    )
+    table = payload["table"]
+    print(
+        f"Scored {len(payload['bundles'])} bundle(s) on {table['n_kept']} pairs of {args.table} "
+        f"({table['n_rejected']} rejected) in {time.perf_counter() - started:.1f} s: {Path(args.out) / 'report.md'}"
+    )
+    for bundle in payload["bundles"]:
+        shown = [name for name in bundle["metrics"] if name.startswith(("5-way", "R@1 ")) or name == "rsum"]
+        cells = ", ".join(
+            f"{name} {bundle['metrics'][name].get('mean', bundle['metrics'][name].get('value')):.4f}" for name in shown
+        )
+        print(f"  {bundle['label']}: {cells}")
+
+
 def _serve(args: argparse.Namespace) -> None:
     import torch
     import uvicorn
@@ -170,6 +193,13 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="warning")
     serve.set_defaults(run=_serve)
+
+    evaluate = commands.add_parser("evaluate", help="score bundles on a labelled image-text table")
+    evaluate.add_argument("bundles", nargs="+", help="model bundles; the first is the one the others are compared with")
+    evaluate.add_argument("--table", required=True, help="a table of the pairs recipe's format (csv, jsonl, parquet)")
+    evaluate.add_argument("--out", required=True, help="folder for metrics.json, report.md and rejects.csv")
+    evaluate.add_argument("--redraws", type=int, default=5, help="distractor redraws of the n-way tasks")
+    evaluate.set_defaults(run=_evaluate)
     return top
 
 
@@ -187,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from serving.bundle import BundleError
     from serving.embed import QueryError
     from serving.index import GalleryIndexError
+    from serving.table_evaluation import EvaluationError
 
     try:
         args.run(args)
@@ -196,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         QueryError,
         ImageRejected,
         ManifestError,
+        EvaluationError,
         FileNotFoundError,
         FileExistsError,
     ) as error:

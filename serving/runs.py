@@ -94,10 +94,16 @@ def parts_from_train_dir(train_dir: Path) -> BundleParts:
     words = _sibling(run_root, upstream["TrainWordVectors"])
     prepared = _meta(_sibling(run_root, upstream["PrepareDataset"]))
     metrics: dict[str, Any] = {}
+    doc2vec, infer_epochs = None, None
     for path in (run_root / "Evaluate").glob(f"*/{META_FILE}"):
         evaluation = _meta(path.parent)
         if _tail(evaluation["upstream"]["Train"]) == _tail(train_dir):
             metrics = json.loads(_output(path.parent, "metrics").read_text())
+            # the Doc2Vec its neighbor preservation was measured against (Train needs none without text
+            # neighbors)
+            doc2vec_dir = _sibling(run_root, evaluation["upstream"]["TrainDoc2Vec"])
+            doc2vec = _output(doc2vec_dir, "model")
+            infer_epochs = int(_meta(doc2vec_dir)["config"]["doc2vec"]["infer_epochs"])
             break
     spec = meta["config"]["variant"]
     return BundleParts(
@@ -110,6 +116,8 @@ def parts_from_train_dir(train_dir: Path) -> BundleParts:
         trunk_seed=int(meta["params"]["data_seed"]),
         image_cache_size=int(prepared["summary"]["image_cache"]["image_size"]),
         metrics=metrics,
+        doc2vec=doc2vec,
+        doc2vec_infer_epochs=infer_epochs,
         source={
             "train_dir": str(train_dir.resolve()),
             "seed": meta["config"]["seed"],

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from data_recipes.manifest import integer_group_ids
 from models.encoders import EncoderConfig
 from models.losses import LOSSES, build_loss
 from models.registry import build_model
@@ -17,7 +18,6 @@ from models.training import PairData, Trainer, pick_device
 from pipeline import NeighborTables, PrepareDataset, Split, TrainWordVectors
 from pipeline.profiles import SMOKE
 from pipeline.steps.text import encode_texts, tokenize
-from pipeline.tasks.data import integer_group_ids
 from pipeline.tasks.training import load_pair_data
 from tests.fixtures.recipes.make_fixtures import make_fixture
 

@@ -204,7 +204,7 @@ def test_export_cli_writes_the_pipelines_bundle_and_refuses_a_broken_one(tmp_pat
         "index", str(other_version), "--images", str(tmp_path), "--out", str(tmp_path / "i"), check=False
     )
     assert failed.returncode == 2 and "Traceback" not in failed.stderr
-    assert "bundle format version 99; this version of crossmodal reads version 1" in failed.stderr
+    assert "bundle format version 99; this version of crossmodal reads versions 1, 2" in failed.stderr
     failed = crossmodal("export", str(tmp_path), str(tmp_path / "again"), check=False)
     assert failed.returncode == 2 and "neither a Train output" in failed.stderr
 

@@ -57,20 +57,6 @@ class PreparedTask(ManifestTask):
         return self.load("ground_truth", missing_ok=True)
 
 
-def image_ids(manifest: pd.DataFrame) -> np.ndarray:
-    """One integer per distinct image (pairs showing the same image share it; every pair has a cache row of
-    its own, so cache rows do not tell)."""
-    return pd.factorize(manifest["image_path"].astype(str))[0]
-
-
-def integer_group_ids(manifest: pd.DataFrame) -> pd.Series:
-    """One integer per group (rows sharing ``group_id``), or per pair when the dataset has no groups."""
-    keys = manifest["pair_id"]
-    if "group_id" in manifest.columns:
-        keys = manifest["group_id"].astype("string").fillna(manifest["pair_id"])
-    return pd.Series(pd.factorize(keys)[0], index=manifest.index, dtype="int64")
-
-
 class PrepareShard(PreparedTask, DatasetParams, HashedTask):
     """One raw folder -> validated manifest (``cache_row`` into this shard's cache) + its image cache.
 

@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from data_recipes.manifest import image_ids
 from evaluation.evaluate import HEADLINE_PRESERVATION, evaluate_test_split, topics_of_pairs
 from evaluation.protocol import EVAL_SEED, FULL_EVAL, METRICS_SCHEMA
 from models.inference import embed_pairs
 from pipeline.base import HashedTask
 from pipeline.io import save_array, write_json
-from pipeline.tasks.data import PrepareDataset, Split, image_ids
+from pipeline.tasks.data import PrepareDataset, Split
 from pipeline.tasks.params import DatasetParams
 from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.training import (

@@ -9,6 +9,7 @@ import luigi
 import numpy as np
 from luigi.freezing import recursively_unfreeze
 
+from data_recipes.manifest import image_ids, integer_group_ids
 from evaluation.document import Document
 from evaluation.evaluate import HEADLINE_PRESERVATION
 from evaluation.gallery import write_thumbnails
@@ -28,7 +29,7 @@ from evaluation.report import (
 from pipeline.base import HashedTask
 from pipeline.io import library_versions, save_text, write_json
 from pipeline.tasks.cocos import Cocos
-from pipeline.tasks.data import Deduplicate, PrepareDataset, Split, image_ids, integer_group_ids
+from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.params import DatasetParams, GridParams
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec

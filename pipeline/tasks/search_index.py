@@ -19,7 +19,7 @@ from pipeline.base import HashedTask
 from pipeline.tasks.data import PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.params import DatasetParams
-from pipeline.tasks.representations import TrainWordVectors
+from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.training import Train, VariantParams
 from serving.bundle import BUNDLE_FORMAT_VERSION, BundleParts, export_bundle, load_bundle
 from serving.embed import Embedder
@@ -39,6 +39,8 @@ class SearchIndex(VariantParams, DatasetParams, HashedTask):
             "split": self.clone(Split),
             "prepared": self.clone(PrepareDataset),
             "words": self.clone(TrainWordVectors),
+            # the bundle carries the run's Doc2Vec, for neighbor preservation on a table it is evaluated on
+            "doc2vec": self.clone(TrainDoc2Vec),
         }
 
     def config(self) -> dict[str, Any]:
@@ -66,6 +68,8 @@ class SearchIndex(VariantParams, DatasetParams, HashedTask):
             trunk_seed=self.data_seed,
             image_cache_size=self.settings.image_cache_size,
             metrics=inputs["evaluate"].load("metrics"),
+            doc2vec=inputs["doc2vec"].output_path("model"),
+            doc2vec_infer_epochs=self.settings.doc2vec.infer_epochs,
             source={
                 "seed": self.seed,
                 "profile": self.profile,

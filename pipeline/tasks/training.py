@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from data_recipes.manifest import image_ids, integer_group_ids
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
 from models.encoders import EncoderConfig
 from models.registry import build_model, model_class
@@ -22,7 +23,7 @@ from pipeline.base import HashedTask
 from pipeline.profiles import TrainSettings
 from pipeline.steps.selection import validation_rsum
 from pipeline.steps.text import encode_texts, tokenize
-from pipeline.tasks.data import PrepareDataset, Split, image_ids, integer_group_ids
+from pipeline.tasks.data import PrepareDataset, Split
 from pipeline.tasks.params import DatasetParams, VariantChoice
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
 from pipeline.torchrun_launch import run_with_torchrun

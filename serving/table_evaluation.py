@@ -1,0 +1,150 @@
+"""``crossmodal evaluate``: score one or more model bundles on a labelled image–text table of the ``pairs``
+recipe's format — the question right after training: does this model transfer to that archive, and is it
+better than that one?
+
+The table's rows are read and validated exactly as the pipeline's ``PrepareShard`` does (the ``pairs``
+recipe, ``validate_records``, the image cache: the same reject reasons, into ``rejects.csv``); each bundle
+embeds the kept pairs through the one inference path; the scores are the pipeline's own metric functions
+(:mod:`evaluation.table_scores`): n-way Recall@1 where the table is large enough, full-ranking R@1/5/10,
+median rank and rsum in both directions, with 95% bootstrap intervals over items, neighbor preservation at
+k = 10 when the bundle carries its run's Doc2Vec, and each bundle's paired difference from the first.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from common.files import atomic_path
+from common.tokenizer import tokenize
+from data_recipes import build_recipe
+from data_recipes.image_cache import build_image_cache
+from data_recipes.manifest import check_manifest_columns, image_ids, integer_group_ids, resolve_image_paths
+from data_recipes.validate import reject_counts, validate_records
+from evaluation.table_scores import BOOTSTRAP_RESAMPLES, paired_differences, score_table
+from models.doc2vec import infer_vectors
+from serving.bundle import Bundle, load_bundle
+from serving.embed import Embedder
+from serving.table_report import write_report
+
+#: fewer valid rows than this cannot be scored (a 5-way task needs 4 distractors per query)
+MIN_ROWS = 5
+
+
+class EvaluationError(ValueError):
+    """A table that cannot be scored (too few valid rows); the message says why."""
+
+
+@dataclass
+class ValidatedTable:
+    """The table's kept pairs (in table order), their thumbnails per cache size, and what was rejected."""
+
+    pairs: pd.DataFrame
+    pixels: dict[int, np.ndarray]
+    rejects: pd.DataFrame
+    stats: dict[str, Any]
+
+
+def read_table(table: Path, cache_sizes: set[int], work_dir: Path) -> ValidatedTable:
+    """The ``pairs`` recipe's rows, validated and decoded as ``PrepareShard`` does; raises
+    :class:`EvaluationError` below :data:`MIN_ROWS` valid pairs."""
+    table = Path(table)
+    if not table.exists():
+        raise FileNotFoundError(f"no table at {table}")
+    recipe = build_recipe("pairs", table.resolve(), work_dir / "recipe")
+    manifest = resolve_image_paths(check_manifest_columns(recipe.manifest), recipe.image_root)
+    kept, rejects = validate_records(manifest)
+    pixels: dict[int, np.ndarray] = {}
+    for size in sorted(cache_sizes):
+        cache = build_image_cache(kept, size, work_dir / f"images_{size}.npy")
+        if not pixels:  # a rejected image is rejected at every size: the first decode decides
+            rejects = pd.concat([rejects, cache.rejects], ignore_index=True)
+            kept = kept[kept["pair_id"].isin(set(cache.pair_ids))].reset_index(drop=True)
+        pixels[size] = np.load(work_dir / f"images_{size}.npy")
+    stats = {
+        "table": str(table),
+        "n_input": len(manifest),
+        "n_kept": len(kept),
+        "n_rejected": len(rejects),
+        "rejects_by_reason": reject_counts(rejects),
+    }
+    if len(kept) < MIN_ROWS:
+        raise EvaluationError(
+            f"{table} has {len(kept)} valid pair(s) of {len(manifest)} ({stats['rejects_by_reason'] or 'none rejected'}); "
+            f"scoring needs at least {MIN_ROWS}"
+        )
+    return ValidatedTable(kept, pixels, rejects, stats)
+
+
+def embed_table(bundle: Bundle, table: ValidatedTable, device: torch.device, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The bundle's image and text embeddings of the kept pairs (``[n, D]``, or ``[n, K, D]`` for PVSE)."""
+    embedder = Embedder(bundle, device)
+    image = embedder.embed_pixels(table.pixels[embedder.cache_size], progress=progress)
+    text = embedder.embed_texts(table.pairs["text"].tolist(), progress=progress)
+    squeeze = image.shape[1] == 1
+    return (image[:, 0], text[:, 0]) if squeeze else (image, text)
+
+
+def doc2vec_vectors(bundle: Bundle, texts: list[str]) -> tuple[np.ndarray | None, str]:
+    """The bundle's Doc2Vec vectors of ``texts`` (as the pipeline infers validation and test texts), or None
+    and why neighbor preservation is skipped."""
+    model = bundle.doc2vec()
+    if model is None:
+        version = bundle.manifest.get("format_version")
+        return None, f"the bundle holds no Doc2Vec model (format version {version}; export it again to add one)"
+    epochs = int(bundle.text["doc2vec"]["infer_epochs"])
+    return infer_vectors(model, [tokenize(text) for text in texts], epochs), ""
+
+
+def evaluate_bundles(
+    bundle_paths: list[Path], table_path: Path, out: Path, redraws: int = 5, device: torch.device | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Score every bundle on the table; write ``metrics.json``, ``report.md`` and ``rejects.csv`` into
+    ``out``; return what ``metrics.json`` holds."""
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    bundles = [load_bundle(path) for path in bundle_paths]
+    with tempfile.TemporaryDirectory(prefix="crossmodal-evaluate-") as work:
+        table = read_table(table_path, {int(b.image["cache_size"]) for b in bundles}, Path(work))
+    pairs = table.pairs
+    group_ids = integer_group_ids(pairs).to_numpy()
+    images, texts = image_ids(pairs), pairs["text"].to_numpy()
+    results, outcomes = [], []
+    for path, bundle in zip(bundle_paths, bundles, strict=True):
+        image, text = embed_table(bundle, table, device, progress)
+        doc_vectors, skipped = doc2vec_vectors(bundle, texts.tolist())
+        scores, per_query = score_table(image, text, group_ids, images, texts, redraws, doc_vectors)
+        results.append(
+            {
+                "bundle": str(path),
+                "label": bundle.manifest["variant"]["label"],
+                "bundle_id": bundle.bundle_id,
+                **scores,
+                **({"neighbor_preservation_skipped": skipped} if skipped else {}),
+            }
+        )
+        outcomes.append(per_query)
+    for result, per_query in zip(results[1:], outcomes[1:], strict=True):
+        result["difference_from_first"] = paired_differences(per_query, outcomes[0])
+    payload = {
+        "table": table.stats,
+        "redraws": redraws,
+        "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+        "device": str(device),
+        "bundles": results,
+    }
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "metrics.json") as tmp:
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    with atomic_path(out / "rejects.csv") as tmp:
+        table.rejects.to_csv(tmp, index=False)
+    write_report(payload, out / "report.md")
+    return payload
