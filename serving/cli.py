@@ -28,7 +28,7 @@ def _export(args: argparse.Namespace) -> None:
     from serving.bundle import export_bundle
     from serving.runs import find_train_dir, parts_from_train_dir
 
-    train_dir = find_train_dir(Path(args.source), args.variant, args.seed)
+    train_dir = find_train_dir(Path(args.source), args.variant, args.seed, args.protocol)
     manifest = export_bundle(parts_from_train_dir(train_dir), Path(args.out))
     print(
         f"Exported {manifest['variant']['label']} (seed {manifest['source']['seed']}, epoch "
@@ -159,6 +159,12 @@ def parser() -> argparse.ArgumentParser:
         "--variant", help="in a run root: the variant (default: the report's headline method)"
     )
     export.add_argument("--seed", type=int, help="in a run root: the training seed (default: the lowest)")
+    export.add_argument(
+        "--protocol",
+        choices=["shared", "tuned"],
+        default="shared",
+        help="in a run root: the run at the profile's settings (shared) or at the settings tuning chose",
+    )
     export.set_defaults(run=_export)
 
     index = commands.add_parser("index", help="embed a gallery into a new or existing index")

@@ -41,9 +41,25 @@ def _sibling(run_root: Path, recorded: str) -> Path:
     return run_root / family / signature
 
 
-def find_train_dir(source: Path, variant: str | None = None, seed: int | None = None) -> Path:
+def tuned_train_dirs(run_root: Path, variant: str) -> list[Path]:
+    """The Train outputs of ``variant``'s tuned-protocol report runs (at the settings its Tune chose)."""
+    found = []
+    for path in (run_root / "TunedRuns").glob(f"*/{META_FILE}"):
+        if _meta(path.parent)["params"]["variant"] != variant:
+            continue
+        runs = json.loads(_output(path.parent, "runs").read_text())
+        for evaluation in runs["evaluations"].values():
+            found.append(_sibling(run_root, _meta(_sibling(run_root, evaluation))["upstream"]["Train"]))
+    return found
+
+
+def find_train_dir(
+    source: Path, variant: str | None = None, seed: int | None = None, protocol: str = "shared"
+) -> Path:
     """``source`` itself when it is a Train output; in a run root, the Train of ``variant`` (default: the
-    newest report's headline method) with ``seed`` (default: its lowest), the newest when several match."""
+    newest report's headline method) with ``seed`` (default: its lowest) under ``protocol``: ``shared`` (the
+    profile's settings, no overrides) or ``tuned`` (the settings the variant's Tune chose); the newest when
+    several still match."""
     source = Path(source)
     if (source / META_FILE).is_file():
         if _meta(source).get("task") != "Train":
@@ -64,8 +80,16 @@ def find_train_dir(source: Path, variant: str | None = None, seed: int | None = 
                 f"{source} holds no finished Report to take the headline method from; pass --variant"
             )
         variant = _meta(reports[-1].parent)["config"]["headline"]["method"]
-    trains = [p.parent for p in (source / "Train").glob(f"*/{META_FILE}")]
-    trains = [t for t in trains if _meta(t)["params"]["variant"] == variant]
+    if protocol == "tuned":
+        trains = tuned_train_dirs(source, variant)
+        if not trains:
+            raise BundleError(f"{source} holds no tuned run of variant {variant!r}; run FullRun --protocol both")
+    else:
+        trains = [p.parent for p in (source / "Train").glob(f"*/{META_FILE}")]
+        trains = [t for t in trains if _meta(t)["params"]["variant"] == variant]
+        # the shared protocol's runs have no overrides; other runs of the variant are ablations or trials
+        shared = [t for t in trains if _meta(t)["params"]["variant_overrides"] in ("{}", "")]
+        trains = shared or trains
     if seed is not None:
         trains = [t for t in trains if _meta(t)["config"]["seed"] == seed]
     if not trains:

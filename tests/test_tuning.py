@@ -132,3 +132,14 @@ def _poison_test_rows(train: Train) -> None:
     vectors[np.flatnonzero(test)] = rng.normal(size=vectors[np.flatnonzero(test)].shape)
     vectors.flush()
     assert pd.read_parquet(split.output_path("manifest"))["text"][test].str.startswith("poisoned").all()
+
+
+def test_export_takes_the_shared_run_or_the_tuned_choice(smoke_run, tmp_path):
+    from serving.cli import main
+
+    _, _, _, root = smoke_run
+    chosen = tune_task(root, "ours").load("selection")["chosen_settings"]["train"]["learning_rate"]
+    for protocol, expected in (("shared", SMOKE.train.learning_rate), ("tuned", chosen)):
+        out = tmp_path / protocol
+        assert main(["export", str(root), str(out), "--variant", "ours", "--protocol", protocol]) == 0
+        assert json.loads((out / "bundle.json").read_text())["train"]["learning_rate"] == expected
