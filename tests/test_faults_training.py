@@ -20,25 +20,13 @@ from models.training import (
     Trainer,
     TrainResult,
 )
-from tests.test_training import SETTINGS, ours_losses, tiny_data, tiny_model
+from tests.test_training import SETTINGS, ours_losses, tiny_data, tiny_model, tiny_trainer
 
 CHECKPOINTS = (LAST_CHECKPOINT, PREV_CHECKPOINT, BEST_CHECKPOINT)
 
 
 def _trainer(work_dir: Path, epochs: int, losses=None, **settings) -> Trainer:
-    table = np.stack([(np.arange(32) + s) % 32 for s in (1, 2, 3)], axis=1)
-    return Trainer(
-        tiny_model(0),
-        losses or ours_losses(),
-        tiny_data(),
-        np.arange(32),
-        np.arange(32, 40),
-        replace(SETTINGS, epochs=epochs, **settings),
-        0,
-        work_dir,
-        neighbors=table,
-        progress=False,
-    )
+    return tiny_trainer(work_dir, replace(SETTINGS, epochs=epochs, **settings), losses)
 
 
 def _files(work_dir: Path) -> dict[str, tuple[bytes, int]]:

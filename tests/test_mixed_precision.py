@@ -12,24 +12,11 @@ import torch
 
 from models.acceleration import gradient_scaler
 from models.training import Trainer
-from tests.test_training import SETTINGS, ours_losses, tiny_data, tiny_model
+from tests.test_training import SETTINGS, tiny_trainer
 
 
 def trainer_with(tmp_path, dtype: torch.dtype | None) -> Trainer:
-    table = np.stack([(np.arange(32) + s) % 32 for s in (1, 2, 3)], axis=1)
-    trainer = Trainer(
-        tiny_model(0),
-        ours_losses(),
-        tiny_data(),
-        np.arange(32),
-        np.arange(32, 40),
-        replace(SETTINGS, epochs=2),
-        0,
-        tmp_path,
-        neighbors=table,
-        device=torch.device("cpu"),
-        progress=False,
-    )
+    trainer = tiny_trainer(tmp_path, replace(SETTINGS, epochs=2), device=torch.device("cpu"))
     # what amp_dtype("bf16" / "fp16", cuda) gives a CUDA run; on CPU the settings always leave fp32
     trainer.setup.amp_dtype = dtype
     trainer.setup.scaler = gradient_scaler(dtype, trainer.device)

@@ -11,7 +11,7 @@ import torch
 
 from models.training import BEST_CHECKPOINT, Trainer, TrainResult
 from pipeline.steps.selection import sample_whole_groups, validation_rsum
-from tests.test_training import SETTINGS, ours_losses, tiny_data, tiny_model
+from tests.test_training import SETTINGS, ours_losses, tiny_data, tiny_model, tiny_trainer
 
 
 def rows(selection: str, values: list[float]) -> TrainResult:
@@ -65,19 +65,7 @@ def test_the_trainer_keeps_the_epoch_of_the_best_rsum_and_stops_after_patience_e
         return {"val_rsum": next(scripted)}
 
     settings = replace(SETTINGS, epochs=5, selection="val_rsum", early_stopping_patience=2, learning_rate=3e-3)
-    trainer = Trainer(
-        tiny_model(0),
-        ours_losses(),
-        tiny_data(),
-        np.arange(32),
-        np.arange(32, 40),
-        settings,
-        0,
-        tmp_path,
-        neighbors=np.stack([(np.arange(32) + s) % 32 for s in (1, 2, 3)], axis=1),
-        progress=False,
-        validation_score=score,
-    )
+    trainer = tiny_trainer(tmp_path, settings, validation_score=score)
     result = trainer.fit()
     assert [row["val_rsum"] for row in result.history] == [50.0, 70.0, 60.0, 65.0]
     assert result.best_epoch == 2 and result.best_score == 70.0 and result.stopped_early_at == 4

@@ -53,6 +53,27 @@ def ours_losses():
     return [build_loss("angular"), build_loss("within_modality", form="angular", alpha=0.2, beta=0.3)]
 
 
+#: each of the 32 train pairs' neighbor table: the next three pairs
+TINY_NEIGHBORS = np.stack([(np.arange(32) + s) % 32 for s in (1, 2, 3)], axis=1)
+
+
+def tiny_trainer(work_dir, settings=SETTINGS, losses=None, **options) -> Trainer:
+    """Ours on the tiny data: 32 train pairs with neighbors, 8 validation pairs."""
+    return Trainer(
+        tiny_model(0),
+        losses or ours_losses(),
+        tiny_data(),
+        np.arange(32),
+        np.arange(32, 40),
+        settings,
+        0,
+        work_dir,
+        neighbors=TINY_NEIGHBORS,
+        progress=False,
+        **options,
+    )
+
+
 def test_in_batch_sampler_pairs_each_anchor_with_a_table_neighbor():
     train = np.arange(100, 164)
     table = np.stack([(np.arange(64) + shift) % 64 for shift in (1, 2, 3)], axis=1)
