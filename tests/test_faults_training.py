@@ -20,7 +20,7 @@ from models.training import (
     Trainer,
     TrainResult,
 )
-from tests.test_training import SETTINGS, ours_losses, tiny_data, tiny_model, tiny_trainer
+from tests.test_training import SETTINGS, ours_losses, tiny_trainer
 
 CHECKPOINTS = (LAST_CHECKPOINT, PREV_CHECKPOINT, BEST_CHECKPOINT)
 
@@ -226,17 +226,7 @@ def test_kill_between_the_best_and_the_last_checkpoint_resumes_cleanly(tmp_path)
 
     def trainer(work_dir: Path) -> Trainer:
         settings = replace(SETTINGS, epochs=4, learning_rate=3e-3)  # improves at epoch 4 (measured)
-        return Trainer(
-            tiny_model(0),
-            [build_loss("angular")],
-            tiny_data(),
-            np.arange(32),
-            np.arange(32, 40),
-            settings,
-            0,
-            work_dir,
-            progress=False,
-        )
+        return tiny_trainer(work_dir, settings, [build_loss("angular")])  # no neighbor loss: no neighbors used
 
     reference = trainer(tmp_path / "straight")
     straight = reference.fit()
