@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
+from common.tokenizer import tokenize
 from data_recipes.manifest import REQUIRED_COLUMNS, ManifestError
 
 # The fixed vocabulary; a reject row never carries another reason.
@@ -36,6 +37,7 @@ REJECT_REASONS: tuple[str, ...] = (
     "invalid_utf8",
     "nul_bytes",
     "oversized_text",
+    "no_tokens",
     # image checks (load_image_rgb / the image cache)
     "missing_image",
     "empty_file",
@@ -152,6 +154,9 @@ def _check_text(value: object, max_chars: int) -> tuple[str | None, str, str]:
         return None, "whitespace_text", f"text is only whitespace ({len(value)} characters)"
     if len(normalised) > max_chars:
         return None, "oversized_text", f"text has {len(normalised)} characters > max_text_chars={max_chars}"
+    if not tokenize(normalised):
+        # it would train as one unknown word and get a Doc2Vec vector of nothing
+        return None, "no_tokens", f"no word the tokenizer reads, only punctuation, symbols or emoji: {normalised[:40]!r}"
     return normalised, "", ""
 
 
@@ -164,7 +169,7 @@ def validate_records(
     ``duplicate_pair_id`` (every row after the first with that id, in input order, whatever the first
     row's fate); then the text: ``empty_text``, ``invalid_utf8`` (undecodable bytes or lone
     surrogates), ``nul_bytes``, ``whitespace_text``, ``oversized_text`` (more than ``max_text_chars``
-    characters once whitespace is normalised). Kept text has every whitespace run (tabs, newlines, ...)
+    characters once whitespace is normalised), ``no_tokens`` (``common.tokenizer`` finds no word in it). Kept text has every whitespace run (tabs, newlines, ...)
     replaced by one space and is stripped. ``kept`` keeps the input row order.
     """
     if max_text_chars < 1:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import luigi
 
+from common.tokenizer import TOKENIZER_VERSION
 from pipeline.io import (
     atomic_directory,
     library_versions,
@@ -58,6 +59,9 @@ class HashedTask(luigi.Task):
 
     #: keep a killed run's partial output (checkpoints) and resume from it
     resumable = False
+    #: the task reads texts through ``common.tokenizer``: its version is part of the output hash, so a run
+    #: root never reuses an output made with other tokens
+    tokenizes = False
     #: the files this task writes, by name: other tasks read them only through :meth:`load` (or
     #: :meth:`output_path`) of a task they require, never by a file name of their own
     outputs: ClassVar[dict[str, str]] = {}
@@ -80,6 +84,7 @@ class HashedTask(luigi.Task):
                 "task": self.get_task_family(),
                 "config": self.config(),
                 "upstream": sorted(task.signature() for task in self.upstream()),
+                **({"tokenizer": TOKENIZER_VERSION} if self.tokenizes else {}),
             }
             cached = self._signature = stable_hash(payload)
         return cached

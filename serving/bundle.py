@@ -24,6 +24,7 @@ import hashlib
 import json
 import shutil
 import time
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ import torch
 from torch import nn
 
 from common.files import atomic_directory
+from common.tokenizer import TOKENIZER_VERSION, TOKENIZERS
 from models.backbones import Trunk, build_trunk
 from models.encoders import EncoderConfig
 from models.registry import build_model, model_class
@@ -100,6 +102,12 @@ class Bundle:
     @property
     def bundle_id(self) -> str:
         return self.manifest["bundle_id"]
+
+    @property
+    def tokenizer_version(self) -> int:
+        """The tokenizer the model was trained with (``common.tokenizer.TOKENIZERS``); 1 for a bundle that
+        does not say (exported before the Unicode tokenizer)."""
+        return int(self.text.get("tokenizer_version", 1))
 
     def doc2vec(self):  # noqa: ANN201 - gensim's Doc2Vec, imported only when asked for
         """The run's Doc2Vec model, or None when the bundle holds none (format 1, or a run without one)."""
@@ -213,7 +221,8 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
             "imagenet_weights_loaded": pretrained_loaded,
         },
         "text": {
-            "tokenizer": "common.tokenizer.tokenize",
+            "tokenizer_version": TOKENIZER_VERSION,
+            "unicode_version": unicodedata.unidata_version,
             "max_tokens": t.max_text_tokens,
             "vocab_size": vocab_size,
             "word_dim": word_dim,
@@ -281,6 +290,12 @@ def load_bundle(path: Path) -> Bundle:
             raise BundleError(
                 f"{file} is corrupt (its checksum differs from the one recorded at export); export it again"
             )
+    version = int(manifest["text"].get("tokenizer_version", 1))
+    if version not in TOKENIZERS:
+        raise BundleError(
+            f"{path} was trained with tokenizer version {version}; this version of crossmodal has tokenizers "
+            f"{sorted(TOKENIZERS)}: update crossmodal, or export the model again"
+        )
     weights = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
     vocab = json.loads((path / VOCAB_FILE).read_text())
     spec = manifest["variant"]["spec"]

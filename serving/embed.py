@@ -1,7 +1,7 @@
 """Embeddings of new images and texts with a loaded bundle, preprocessed exactly as in training: images
 decoded and validated by ``data_recipes.validate.load_image_rgb``, cropped to the image cache's square
 (``data_recipes.image_cache.centre_square``), resized to the trunk's input and normalised; texts tokenised by
-``common.tokenizer``. Every embedding is ``float32 [N, K, D]`` (K = 1 except PVSE), L2-normalised.
+``common.tokenizer`` (the version the bundle was trained with). Every embedding is ``float32 [N, K, D]`` (K = 1 except PVSE), L2-normalised.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from common.tokenizer import encode_texts, tokenize
+from common.tokenizer import encode_texts, tokenizer_for
 from data_recipes.image_cache import centre_square
 from data_recipes.validate import DEFAULT_MAX_PIXELS, load_image_rgb
 from models.encoders import frozen_trunk_features
@@ -71,15 +71,22 @@ class Embedder:
             std = torch.tensor(image["std"]).view(1, 3, 1, 1)
             model = TrunkThenModel(model, bundle.trunk, mean, std, image["features"] == "spatial")
         self.model = model.to(self.device).eval()
+        #: the tokenizer the model was trained with (a bundle records its version)
+        self.tokenize = tokenizer_for(bundle.tokenizer_version)
 
     # ------------------------------------------------------------------ texts
     def query_tokens(self, text: str) -> list[str]:
         """The query's words, or a :class:`QueryError` when it is empty or the model knows none of them."""
         if not isinstance(text, str) or not text.strip():
             raise QueryError("empty_text", "the query text is empty; type a few words")
-        words = tokenize(text)
+        words = self.tokenize(text)
         if not words:
-            raise QueryError("no_words", f"the query {text!r} holds no words (only punctuation or symbols)")
+            reads = "letters and digits of any script" if self.bundle.tokenizer_version > 1 else "only a-z and 0-9"
+            raise QueryError(
+                "no_words",
+                f"the query {text!r} holds no word this model's tokenizer (version "
+                f"{self.bundle.tokenizer_version}: {reads}) reads",
+            )
         if all(word not in self.bundle.vocab for word in words):
             raise QueryError(
                 "no_known_word",
@@ -93,7 +100,7 @@ class Embedder:
         if not len(texts):
             return self.empty()
         tokens, lengths = encode_texts(
-            (tokenize(t) for t in texts), self.bundle.vocab, int(self.bundle.text["max_tokens"])
+            (self.tokenize(t) for t in texts), self.bundle.vocab, int(self.bundle.text["max_tokens"])
         )
         source = PairData.of_texts(tokens, lengths)
         return self._embed(source, len(texts), "text", progress)

@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from common.files import atomic_path
-from common.tokenizer import tokenize
+from common.tokenizer import tokenizer_for
 from data_recipes import build_recipe
 from data_recipes.image_cache import build_image_cache
 from data_recipes.manifest import check_manifest_columns, image_ids, integer_group_ids, resolve_image_paths
@@ -100,6 +100,7 @@ def doc2vec_vectors(bundle: Bundle, texts: list[str]) -> tuple[np.ndarray | None
         version = bundle.manifest.get("format_version")
         return None, f"the bundle holds no Doc2Vec model (format version {version}; export it again to add one)"
     epochs = int(bundle.text["doc2vec"]["infer_epochs"])
+    tokenize = tokenizer_for(bundle.tokenizer_version)
     return infer_vectors(model, [tokenize(text) for text in texts], epochs), ""
 
 

@@ -79,6 +79,9 @@ def write_bad_pairs(raw: Path) -> tuple[Path, dict[str, int], list[str]]:
         "non_utf8": (None, "invalid_utf8"),  # bytes written below
         "one_megabyte": (ONE_MEGABYTE_TEXT, "oversized_text"),
         "nul": ("a text with a \x00 inside", "nul_bytes"),
+        # no word in any script: it would train as one unknown word
+        "emoji_only": ("🎉🎉 👍", "no_tokens"),
+        "punctuation_only": ("... --- !!! ?", "no_tokens"),
     }
     for pair_id, (text, _) in bad_texts.items():
         rows.append(

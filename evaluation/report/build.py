@@ -92,6 +92,7 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
         "dataset": inputs.dataset,
         "dedup": inputs.dedup,
         "splits": inputs.splits,
+        "coverage": inputs.coverage,
         "neighbor_tables": inputs.neighbor_tables,
         "tasks": inputs.tasks,
     }

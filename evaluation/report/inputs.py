@@ -74,6 +74,8 @@ class ReportInputs:
     dataset: dict[str, Any] = field(default_factory=dict)
     dedup: dict[str, Any] = field(default_factory=dict)
     splits: dict[str, Any] = field(default_factory=dict)
+    #: per split, how much of its texts the train vocabulary covers (``TrainWordVectors``' coverage.json)
+    coverage: dict[str, dict[str, Any]] = field(default_factory=dict)
     neighbor_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     tasks: list[dict[str, Any]] = field(default_factory=list)
     run_info: dict[str, Any] = field(default_factory=dict)

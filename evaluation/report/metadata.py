@@ -73,6 +73,23 @@ def training_and_data_section(
             )
     if inputs.splits:
         doc.paragraph("Splits: " + ", ".join(f"{k} {v}" for k, v in sorted(inputs.splits.items())))
+    if inputs.coverage:
+        doc.table(
+            ["Split", "texts", "tokens", "out of vocabulary", "texts mostly out of vocabulary"],
+            [
+                [
+                    split,
+                    str(c["texts"]),
+                    str(c["tokens"]),
+                    f"{c['unknown_token_share']:.2%}",
+                    f"{c['mostly_unknown_text_share']:.2%}",
+                ]
+                for split, c in inputs.coverage.items()
+            ],
+            caption="Vocabulary coverage: the word vectors' vocabulary comes from the train texts; an out-of-"
+            "vocabulary token reaches the text tower as UNK, and a text is 'mostly' out of it when more than half "
+            "its tokens are. A high share on val or test means the vocabulary does not fit those texts.",
+        )
     if inputs.neighbor_tables:
         doc.heading("Neighbor tables (Annoy)")
         rows = []

@@ -79,6 +79,7 @@ def cocos_loss(loss: LossSpec) -> Loss:
 class Cocos(VariantParams, DatasetParams, HashedTask):
     """COCOS over the training set at the best checkpoint (Bleeker & de Rijke §5), eps = 0.01."""
 
+    tokenizes = True
     outputs = {"cocos": "cocos.json"}
 
     def requires(self) -> dict[str, HashedTask]:

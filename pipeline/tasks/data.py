@@ -65,6 +65,7 @@ class PrepareShard(PreparedTask, DatasetParams, HashedTask):
     only on this folder, so a shard added later never makes an earlier one decode its images again.
     """
 
+    tokenizes = True
     shard_dir = luigi.Parameter(default="", description="raw folder of this shard (see DatasetParams)")
     outputs = {**PREPARED_OUTPUTS, "images": "images.npy"}
 

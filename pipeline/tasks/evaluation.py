@@ -36,6 +36,7 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
     """Encodes the test split with one trained (variant, seed) and writes ``metrics.json``, the test
     embeddings, the per-item arrays the report bootstraps and the calibration curves."""
 
+    tokenizes = True
     outputs = {
         "metrics": "metrics.json",
         "test_image": "test_image.npy",

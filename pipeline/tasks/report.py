@@ -32,7 +32,7 @@ from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.params import DatasetParams, GridParams
-from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec
+from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.search_index import SearchIndex
 from pipeline.tasks.training import Train
 from pipeline.tasks.tuning import TunedRuns
@@ -144,6 +144,7 @@ class Report(GridParams, DatasetParams, HashedTask):
             "split": self.clone(Split),
             "neighbors": [self.clone(NeighborTables, space=space) for space in ("text", "image")],
             "doc2vec": self.clone(TrainDoc2Vec),
+            "words": self.clone(TrainWordVectors),
             "cocos": self.per_run(Cocos),
         }
 
@@ -218,6 +219,7 @@ class Report(GridParams, DatasetParams, HashedTask):
             dataset=req["prepared"].load("report"),
             dedup=req["dedup"].load("report"),
             splits=req["split"].meta()["summary"]["counts"],
+            coverage=req["words"].load("coverage"),
             neighbor_tables={t.space: t.load("summary") for t in req["neighbors"]},
             tasks=tasks,
             run_info={

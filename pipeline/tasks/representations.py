@@ -21,7 +21,7 @@ from pipeline.steps.neighbors import (
     same_topic_share,
     sampling_pool,
 )
-from pipeline.steps.text import tokenize
+from pipeline.steps.text import tokenize, vocabulary_coverage
 from pipeline.steps.word_vectors import train_word_vectors
 from pipeline.tasks.data import PrepareDataset, Split
 from pipeline.tasks.params import DatasetParams
@@ -30,6 +30,7 @@ from pipeline.tasks.params import DatasetParams
 class TrainDoc2Vec(DatasetParams, HashedTask):
     """gensim Doc2Vec on train texts; a vector for every pair (trained for train, inferred otherwise)."""
 
+    tokenizes = True
     outputs = {"doc_vectors": "doc_vectors.npy", "model": "doc2vec.model"}
 
     def requires(self) -> Split:
@@ -60,7 +61,8 @@ class TrainDoc2Vec(DatasetParams, HashedTask):
 class TrainWordVectors(DatasetParams, HashedTask):
     """200-d word vectors on train texts (vocabulary from train only) to initialise the GRU."""
 
-    outputs = {"word_vectors": "word_vectors.npy", "vocab": "vocab.json"}
+    tokenizes = True
+    outputs = {"word_vectors": "word_vectors.npy", "vocab": "vocab.json", "coverage": "coverage.json"}
 
     def requires(self) -> Split:
         return self.clone(Split)
@@ -74,13 +76,20 @@ class TrainWordVectors(DatasetParams, HashedTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         manifest = self.requires().manifest()
-        train_texts = manifest.loc[manifest["split"] == "train", "text"]
+        tokens = [tokenize(t) for t in manifest["text"]]
+        split = manifest["split"].to_numpy()
         vocab, matrix = train_word_vectors(
-            [tokenize(t) for t in train_texts], self.settings.word_vectors, self.data_seed
+            [t for t, s in zip(tokens, split, strict=True) if s == "train"], self.settings.word_vectors, self.data_seed
         )
+        # how well the train vocabulary covers each split: a user sees at once when it does not fit the data
+        coverage = {
+            name: vocabulary_coverage([t for t, s in zip(tokens, split, strict=True) if s == name], vocab)
+            for name in ("train", "val", "test")
+        }
         save_array(self.work_path(work_dir, "word_vectors"), matrix)
         write_json(self.work_path(work_dir, "vocab"), vocab)
-        return {"vocab_size": len(vocab) + 2, "dim": int(matrix.shape[1])}
+        write_json(self.work_path(work_dir, "coverage"), coverage)
+        return {"vocab_size": len(vocab) + 2, "dim": int(matrix.shape[1]), "coverage": coverage}
 
 
 class TrunkFeatures(DatasetParams, HashedTask):

@@ -30,6 +30,7 @@ from serving.index import INDEX_FORMAT_VERSION, GalleryIndex, embed_into
 class SearchIndex(VariantParams, DatasetParams, HashedTask):
     """A bundle of one (variant, seed) and a search index of the test split made with it."""
 
+    tokenizes = True
     outputs = {"bundle": "bundle", "index": "index"}
 
     def requires(self) -> dict[str, HashedTask]:

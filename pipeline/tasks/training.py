@@ -108,6 +108,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
     """Trains a variant; keeps the best checkpoint by the profile's selection metric (validation rsum, or
     validation loss); resumes a killed run."""
 
+    tokenizes = True
     resumable = True
     outputs = {"checkpoint": BEST_CHECKPOINT, "last_checkpoint": LAST_CHECKPOINT, "history": HISTORY_FILE}
 
