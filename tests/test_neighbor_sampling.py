@@ -14,8 +14,34 @@ from models.encoders import EncoderConfig
 from models.losses import build_loss
 from models.training import PairData, Trainer, cross_modal_group_ids
 from models.vse import VSEModel
-from pipeline.steps.neighbors import DUPLICATE_DISTANCE, annoy_neighbor_table, same_topic_share, sampling_pool
+from pipeline.steps import neighbors as neighbor_steps
+from pipeline.steps.neighbors import (
+    DUPLICATE_DISTANCE,
+    angular_distances,
+    annoy_neighbor_table,
+    same_topic_share,
+    sampling_pool,
+)
 from tests.test_training import SETTINGS
+
+
+def test_angular_distances_in_row_blocks_equal_the_loop_reference(monkeypatch):
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(37, 6))
+    table = rng.integers(0, 37, size=(37, 4))
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    reference = np.array(
+        [
+            [np.sqrt(max(0.0, 2 - 2 * unit[row] @ unit[other])) for other in listed]
+            for row, listed in enumerate(table)
+        ]
+    )
+    one_shot = angular_distances(vectors, table)
+    # a block of 3 rows: 37 rows in 13 blocks, the last one short
+    monkeypatch.setattr(neighbor_steps, "DISTANCE_BLOCK_BYTES", 3 * 4 * 6 * 8)
+    blocked = angular_distances(vectors, table)
+    np.testing.assert_allclose(one_shot, reference, atol=1e-6)
+    assert np.array_equal(blocked, one_shot)
 
 
 def test_sampling_pool_takes_the_first_sample_k_non_duplicates():
