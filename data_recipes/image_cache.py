@@ -4,6 +4,10 @@ Each distinct image path is decoded once (several pairs may share an image, e.g.
 captions); images that fail :func:`data_recipes.validate.load_image_rgb` reject all their pairs, and
 so does a placeholder: the same decoded pixels behind many different paths (e.g. Flickr's
 "photo no longer available"). Rows of the cache follow the manifest order of the kept pairs.
+
+Whether an image is a placeholder depends on every path seen, not on one image: a pipeline that grows its
+data in shards decides it where the shards meet (``pipeline.steps.stacking``), from the content hash the
+cache records for each kept pair (``placeholder_min_paths=None`` here), with :func:`find_placeholders`.
 """
 
 from __future__ import annotations
@@ -42,11 +46,33 @@ _COPY_ROWS = 1024
 
 @dataclass
 class ImageCacheResult:
-    """Rows of the cache (kept pair ids, manifest order), the rejected pairs, and counts."""
+    """Rows of the cache (kept pair ids, manifest order), the rejected pairs, counts, and the decoded content
+    hash of each kept pair (what placeholder detection compares)."""
 
     pair_ids: list[str]
     rejects: pd.DataFrame
     stats: dict = field(default_factory=dict)
+    content_hashes: list[str] = field(default_factory=list)
+
+
+def find_placeholders(
+    paths: Sequence[str], content_hashes: Sequence[str], min_paths: int = DEFAULT_PLACEHOLDER_MIN_PATHS
+) -> dict[str, str]:
+    """The paths whose decoded pixels sit behind at least ``min_paths`` distinct paths, each with the
+    reject detail; ``paths[i]`` decoded to ``content_hashes[i]`` (a path may repeat)."""
+    if min_paths < 2:
+        raise ValueError(
+            f"placeholder_min_paths must be >= 2 (one path is never a placeholder), got {min_paths}"
+        )
+    paths_of_hash: dict[str, list[str]] = defaultdict(list)
+    for path, content_hash in dict(zip(paths, content_hashes, strict=True)).items():
+        paths_of_hash[content_hash].append(path)
+    return {
+        path: f"same decoded pixels (hash {content_hash[:12]}) as {len(same) - 1} other image paths"
+        for content_hash, same in paths_of_hash.items()
+        if len(same) >= min_paths
+        for path in same
+    }
 
 
 @dataclass
@@ -139,22 +165,24 @@ def build_image_cache(
     out_path: Path,
     *,
     max_pixels: int = DEFAULT_MAX_PIXELS,
-    placeholder_min_paths: int = DEFAULT_PLACEHOLDER_MIN_PATHS,
+    placeholder_min_paths: int | None = DEFAULT_PLACEHOLDER_MIN_PATHS,
     workers: int = 0,
 ) -> ImageCacheResult:
     """Decode, check and resize the manifest's images into ``out_path`` (uint8 [N, S, S, 3] .npy).
 
     Pairs whose image is rejected (a :data:`data_recipes.validate.REJECT_REASONS` image reason, or
     ``placeholder_image`` when the same decoded pixels sit behind at least ``placeholder_min_paths``
-    different paths) are left out of the cache and listed in ``rejects``. The file appears only
-    when complete (temp file + ``os.replace``). ``workers`` = 0 picks one decoding thread per core.
+    different paths) are left out of the cache and listed in ``rejects``. With ``placeholder_min_paths``
+    None, placeholders stay in the cache for the caller to find with :func:`find_placeholders` over more
+    data (the result's ``content_hashes``). The file appears only when complete (temp file +
+    ``os.replace``). ``workers`` = 0 picks one decoding thread per core.
     """
     missing = [c for c in ("pair_id", "image_path") if c not in manifest.columns]
     if missing:
         raise ValueError(f"manifest lacks column(s) {missing}; build the cache from a validated manifest")
     if image_size < 1:
         raise ValueError(f"image_size must be >= 1, got {image_size}")
-    if placeholder_min_paths < 2:
+    if placeholder_min_paths is not None and placeholder_min_paths < 2:
         raise ValueError(
             "placeholder_min_paths must be >= 2 (one path is never a placeholder), "
             f"got {placeholder_min_paths}"
@@ -178,7 +206,7 @@ def build_image_cache(
     distinct_paths = list(dict.fromkeys(pair_paths))
     row_of_path = {path: row for row, path in enumerate(distinct_paths)}
     path_reject: dict[str, tuple[str, str]] = {}
-    paths_of_hash: dict[str, list[str]] = defaultdict(list)
+    hash_of_path: dict[str, str] = {}
     shape = (len(distinct_paths), image_size, image_size, 3)
 
     # One row per distinct image, gathered into pair order at the end (unique name: parallel builds).
@@ -192,19 +220,16 @@ def build_image_cache(
                 path_reject[path] = (result.reason, result.detail)
                 continue
             array[row] = result.pixels
-            paths_of_hash[result.content_hash].append(path)
+            hash_of_path[path] = result.content_hash
 
     try:
         _write_npy_atomically(per_image_path, shape, fill_per_image, cache_path=out_path)
-        placeholder_hashes = {
-            h: paths for h, paths in paths_of_hash.items() if len(paths) >= placeholder_min_paths
-        }
-        for content_hash, paths in placeholder_hashes.items():
-            for path in paths:
-                path_reject[path] = (
-                    "placeholder_image",
-                    f"same decoded pixels (hash {content_hash[:12]}) as {len(paths) - 1} other image paths",
-                )
+        placeholders = (
+            {}
+            if placeholder_min_paths is None
+            else find_placeholders(list(hash_of_path), list(hash_of_path.values()), placeholder_min_paths)
+        )
+        path_reject.update((path, ("placeholder_image", detail)) for path, detail in placeholders.items())
         kept_positions = [i for i, path in enumerate(pair_paths) if path not in path_reject]
         kept_rows = np.array([row_of_path[pair_paths[i]] for i in kept_positions], dtype=np.int64)
         if np.array_equal(kept_rows, np.arange(len(distinct_paths))):
@@ -235,14 +260,19 @@ def build_image_cache(
         "n_rejected_pairs": len(rejects),
         "n_rejected_images": len(path_reject),
         "rejects_by_reason": reject_counts(rejects),
-        "n_placeholder_images": len(placeholder_hashes),
-        "placeholder_paths": sum(len(paths) for paths in placeholder_hashes.values()),
+        "n_placeholder_images": len({hash_of_path[path] for path in placeholders}),
+        "placeholder_paths": len(placeholders),
         "image_size": image_size,
         "cache_bytes": len(kept_positions) * image_size * image_size * 3,
         "seconds": round(seconds, 3),
         "images_per_second": round(len(distinct_paths) / seconds, 1) if seconds > 0 else None,
     }
-    return ImageCacheResult([pair_ids[i] for i in kept_positions], rejects, stats)
+    return ImageCacheResult(
+        [pair_ids[i] for i in kept_positions],
+        rejects,
+        stats,
+        [hash_of_path[pair_paths[i]] for i in kept_positions],
+    )
 
 
 def load_image_cache(path: str | Path) -> np.ndarray:

@@ -97,11 +97,17 @@ def reject_counts(rejects: pd.DataFrame) -> dict[str, int]:
 
 def enforce_reject_budget(n_input: int, rejects: pd.DataFrame, budget: float) -> None:
     """Raise :class:`RejectBudgetExceeded` when ``len(rejects) / n_input > budget``."""
+    check_reject_budget(n_input, reject_counts(rejects), budget)
+
+
+def check_reject_budget(n_input: int, counts: dict[str, int], budget: float) -> None:
+    """:func:`enforce_reject_budget` from the rejects per reason (a dataset report's ``rejects_by_reason``),
+    so a build can be checked again under another budget without its reject table."""
     if n_input < 0:
         raise ValueError(f"n_input must be >= 0, got {n_input}")
     if not 0.0 <= budget <= 1.0:
         raise ValueError(f"reject_budget must be a fraction in [0, 1], got {budget}")
-    n_rejected = len(rejects)
+    n_rejected = sum(counts.values())
     if n_rejected > n_input:
         raise ValueError(f"{n_rejected} rejects for only {n_input} input rows; pass the input row count")
     if n_rejected == 0:
@@ -109,7 +115,7 @@ def enforce_reject_budget(n_input: int, rejects: pd.DataFrame, budget: float) ->
     share = n_rejected / n_input
     if share <= budget:
         return
-    per_reason = ", ".join(f"{reason}={count}" for reason, count in reject_counts(rejects).items())
+    per_reason = ", ".join(f"{reason}={count}" for reason, count in counts.items())
     raise RejectBudgetExceeded(
         f"rejected {n_rejected} of {n_input} input pairs ({share:.1%}), more than the reject budget of "
         f"{budget:.1%}. Per reason: {per_reason}. Look at the rejects table to fix the input; if these "
@@ -156,7 +162,11 @@ def _check_text(value: object, max_chars: int) -> tuple[str | None, str, str]:
         return None, "oversized_text", f"text has {len(normalised)} characters > max_text_chars={max_chars}"
     if not tokenize(normalised):
         # it would train as one unknown word and get a Doc2Vec vector of nothing
-        return None, "no_tokens", f"no word the tokenizer reads, only punctuation, symbols or emoji: {normalised[:40]!r}"
+        return (
+            None,
+            "no_tokens",
+            f"no word the tokenizer reads, only punctuation, symbols or emoji: {normalised[:40]!r}",
+        )
     return normalised, "", ""
 
 

@@ -21,6 +21,7 @@ from pipeline.io import (
     output_lock,
     read_json,
     read_output,
+    remove_abandoned_partials,
     write_json,
 )
 from pipeline.profiles import Profile, get_profile
@@ -133,6 +134,9 @@ class HashedTask(luigi.Task):
             if self.complete():
                 logger.info("%s: produced by another process while this one waited", self.task_id)
                 return
+            if not self.resumable:
+                for partial in remove_abandoned_partials(self.output_dir().parent, self.output_dir()):
+                    logger.info("%s: removed the abandoned partial output %s", self.task_id, partial)
             started = time.time()
             with atomic_directory(self.output_dir(), resume=self.resumable) as work_dir:
                 summary = self.produce(work_dir)

@@ -7,7 +7,10 @@ The faults this guards against (each has a test in tests/test_faults_pipeline.py
 * two processes producing the same output at once (two runs on one run root): only the holder of
   ``<final>.lock`` builds it; the other waits, then finds it done (see :func:`output_lock`);
 * a full disk: the error names the file or folder being written, and the partial output of a task that
-  cannot resume is removed, which also gives the space back.
+  cannot resume is removed, which also gives the space back;
+* a failed attempt under settings never run again (a raised reject budget gives the task another hash):
+  its ``.partial`` folder is removed by the next run of that task family (:func:`remove_abandoned_partials`),
+  unless a process holds its lock (it is being built now).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "atomic_path",
     "atomic_directory",
     "output_lock",
+    "remove_abandoned_partials",
     "write_json",
     "read_json",
     "save_array",
@@ -174,6 +178,51 @@ def _release(path: Path, fd: int) -> None:
         os.close(fd)
 
 
+def _try_lock(final: Path) -> int | None:
+    """The locked descriptor of ``final``'s lock file when nobody holds it; None when a process does (or
+    the file system cannot lock, when nobody can tell)."""
+    path = lock_path(final)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        os.close(fd)
+        if isinstance(error, BlockingIOError) or error.errno in _NO_LOCKING:
+            return None
+        raise
+    if not _is_file_at(fd, path):  # its holder removed it between our open and lock: someone builds it
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove_abandoned_partials(family_dir: Path, keep: Path) -> list[Path]:
+    """Remove the ``<signature>.partial`` folders in ``family_dir`` (one task family's outputs) besides
+    ``keep``'s that no process is building, and return them.
+
+    Why: a failed attempt's folder is kept for inspection and cleared when the same output is built again,
+    but a rerun under other settings (a raised reject budget) builds another output, so nothing would ever
+    clear it. A folder is removed only under its output's lock (:func:`output_lock`), taken without
+    waiting: one being built now is skipped. Not for resumable tasks, whose partial folder holds the
+    checkpoints a rerun with those settings resumes from.
+    """
+    removed = []
+    for partial in sorted(Path(family_dir).glob("*.partial")):
+        final = partial.with_name(partial.name.removesuffix(".partial"))
+        if final == Path(keep) or not partial.is_dir():
+            continue
+        fd = _try_lock(final)
+        if fd is None:
+            continue
+        try:
+            if partial.is_dir():
+                shutil.rmtree(partial, ignore_errors=True)
+                removed.append(partial)
+        finally:
+            _release(lock_path(final), fd)
+    return removed
+
+
 @contextmanager
 def atomic_directory(final: Path, *, resume: bool = False) -> Iterator[Path]:
     """:func:`common.files.atomic_directory` for a task's output, with a full disk named.
@@ -182,13 +231,15 @@ def atomic_directory(final: Path, *, resume: bool = False) -> Iterator[Path]:
     it), so the ``.partial`` folder is never shared between processes. ``ENOSPC`` anywhere in the block is
     raised as :class:`DiskFullError` naming the path; the partial folder is then removed unless ``resume``
     (the checkpoints it keeps are what a rerun resumes from once space is freed). On any other error it
-    stays for inspection (e.g. the ``rejects.csv`` of a rejected input) and is cleared by the next run.
+    stays for inspection (e.g. the ``rejects.csv`` of a rejected input) and is cleared by the next run of
+    the task, under any settings (:func:`remove_abandoned_partials`).
     """
     partial = partial_path(final)
     try:
-        with _naming_disk_full(partial, or_the_errors_own=True), files.atomic_directory(
-            final, resume=resume
-        ) as work_dir:
+        with (
+            _naming_disk_full(partial, or_the_errors_own=True),
+            files.atomic_directory(final, resume=resume) as work_dir,
+        ):
             yield work_dir
     except DiskFullError:
         if not resume:

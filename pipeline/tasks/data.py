@@ -5,7 +5,6 @@ near-duplicate removal (incremental over shards), splits.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +14,26 @@ import pandas as pd
 
 from data_recipes import build_recipe
 from data_recipes.image_cache import (
+    DEFAULT_PLACEHOLDER_MIN_PATHS,
     ShardedImageCache,
     build_image_cache,
     load_image_cache,
     load_image_shards,
 )
 from data_recipes.manifest import check_manifest_columns, resolve_image_paths
-from data_recipes.validate import enforce_reject_budget, make_rejects, reject_counts, validate_records
-from pipeline.base import HashedTask
+from data_recipes.validate import (
+    RejectBudgetExceeded,
+    check_reject_budget,
+    reject_counts,
+    validate_records,
+)
+from pipeline.base import META_FILE, HashedTask
 from pipeline.io import read_json, save_frame, write_json
-from pipeline.steps.dedup import deduplicate_into
+from pipeline.steps.dedup import deduplicate_reusing
 from pipeline.steps.dedup_quality import dedup_precision_recall
-from pipeline.steps.lsh_index import DedupIndex
 from pipeline.steps.lsh_store import load_dedup_index, save_dedup_index
 from pipeline.steps.splits import SPLIT_SALT, assign_splits
+from pipeline.steps.stacking import CONTENT_HASH, stack_shards
 from pipeline.tasks.params import DatasetParams
 
 #: what every dataset task writes: the manifest of the pairs it keeps (``cache_row`` into the image cache)
@@ -60,9 +65,11 @@ class PreparedTask(ManifestTask):
 class PrepareShard(PreparedTask, DatasetParams, HashedTask):
     """One raw folder -> validated manifest (``cache_row`` into this shard's cache) + its image cache.
 
-    Bad rows are rejected with a reason into ``rejects.csv`` (nothing disappears silently); the run stops
-    with a clear message when rejects exceed ``reject_budget`` of the shard's input. The output depends
-    only on this folder, so a shard added later never makes an earlier one decode its images again.
+    Bad rows are rejected with a reason into ``rejects.csv`` (nothing disappears silently). The output
+    depends only on this folder and the decoding settings, so a shard added later never makes an earlier one
+    decode its images again. What needs every shard (placeholders, a pair_id repeated across shards) and
+    the reject budget (a gate, not part of what is decoded) are decided by PrepareDataset: see
+    :mod:`pipeline.steps.stacking`.
     """
 
     tokenizes = True
@@ -75,7 +82,8 @@ class PrepareShard(PreparedTask, DatasetParams, HashedTask):
             "raw_dir": str(Path(self.shard_dir).resolve()) if self.shard_dir else "",
             "options": self.recipe_options(),
             "image_cache_size": self.settings.image_cache_size,
-            "reject_budget": self.effective_reject_budget(),
+            # placeholders are left in the cache and decided over all shards (content_hash column)
+            "placeholders": "decided_by_stacking",
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
@@ -85,13 +93,18 @@ class PrepareShard(PreparedTask, DatasetParams, HashedTask):
         manifest = resolve_image_paths(check_manifest_columns(recipe.manifest), recipe.image_root)
         n_input = len(manifest)
         kept, record_rejects = validate_records(manifest)
-        cache = build_image_cache(kept, self.settings.image_cache_size, self.work_path(work_dir, "images"))
+        cache = build_image_cache(
+            kept,
+            self.settings.image_cache_size,
+            self.work_path(work_dir, "images"),
+            placeholder_min_paths=None,
+        )
         rejects = pd.concat([record_rejects, cache.rejects], ignore_index=True)
         rejects.to_csv(self.work_path(work_dir, "rejects"), index=False)
-        enforce_reject_budget(n_input, rejects, self.effective_reject_budget())
         rows = {pair_id: row for row, pair_id in enumerate(cache.pair_ids)}
         kept = kept[kept["pair_id"].isin(rows)].copy()
         kept["cache_row"] = kept["pair_id"].map(rows).astype("int64")
+        kept[CONTENT_HASH] = kept["pair_id"].map(dict(zip(cache.pair_ids, cache.content_hashes, strict=True)))
         # files the recipe wrote inside the work folder keep their place once it is renamed into place
         kept["image_path"] = kept["image_path"].str.replace(
             str(work_dir), str(self.output_dir()), regex=False
@@ -105,7 +118,6 @@ class PrepareShard(PreparedTask, DatasetParams, HashedTask):
             "n_kept": len(kept),
             "n_rejected": len(rejects),
             "rejects_by_reason": reject_counts(rejects),
-            "reject_budget": self.effective_reject_budget(),
             "image_cache": cache.stats,
             "recipe_notes": recipe.notes,
         }
@@ -128,22 +140,75 @@ class PrepareDataset(PreparedTask, DatasetParams, HashedTask):
         return [self.clone(PrepareShard, shard_dir=folder) for folder in self.shard_dirs()]
 
     def config(self) -> dict[str, Any]:
-        # the upstream signatures are hashed as a set; the order of shards matters (first id wins)
-        return {"shards": [shard.signature() for shard in self.requires()]}
+        # the upstream signatures are hashed as a set; the order of shards matters (first id wins). The
+        # reject budget is a gate, not part of the output: see complete()
+        return {
+            "shards": [shard.signature() for shard in self.requires()],
+            "placeholder_min_paths": DEFAULT_PLACEHOLDER_MIN_PATHS,
+        }
+
+    def complete(self) -> bool:
+        # a dataset built under a larger budget is checked again (from its report, no work) when the
+        # budget is lowered: over it, the task is not complete and its rebuild stops with the message
+        if not super().complete():
+            return False
+        try:
+            self._enforce_budgets(self.load("report"))
+        except RejectBudgetExceeded:
+            return False
+        return True
+
+    def run(self) -> None:
+        if (self.output_dir() / META_FILE).exists():
+            # built before under a larger budget: its report says why it stops now, and building it again
+            # would only leave a failed partial folder beside it
+            self._enforce_budgets(self.load("report"))
+        super().run()
+
+    def _enforce_budgets(self, report: dict[str, Any]) -> None:
+        budget = self.effective_reject_budget()
+        # each shard on its own too: a broken new dump should not hide behind a large clean history
+        for shard in report["shards"] if report["n_shards"] > 1 else []:
+            try:
+                check_reject_budget(shard["n_input"], shard["rejects_by_reason"], budget)
+            except RejectBudgetExceeded as error:
+                raise RejectBudgetExceeded(f"shard {shard['raw_dir']}: {error}") from None
+        check_reject_budget(report["n_input"], report["rejects_by_reason"], budget)
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         shards = self.requires()
         stacked = stack_shards(
             [shard.manifest() for shard in shards],
             [len(load_image_cache(shard.output_path("images"))) for shard in shards],
+            [shard.load("rejects") for shard in shards],
+            DEFAULT_PLACEHOLDER_MIN_PATHS,
         )
-        rejects = pd.concat(
-            [*(shard.load("rejects") for shard in shards), stacked.rejects], ignore_index=True
-        )
-        rejects.to_csv(self.work_path(work_dir, "rejects"), index=False)
-        shard_reports = [shard.load("report") for shard in shards]
+        stacked.rejects.to_csv(self.work_path(work_dir, "rejects"), index=False)
+        shard_reports = [
+            {
+                **shard.load("report"),
+                # the shard's rejects once stacked (its placeholders and repeated ids included)
+                "n_rejected": len(rejects),
+                "rejects_by_reason": reject_counts(rejects),
+            }
+            for shard, rejects in zip(shards, stacked.by_shard, strict=True)
+        ]
         n_input = sum(report["n_input"] for report in shard_reports)
-        enforce_reject_budget(n_input, rejects, self.effective_reject_budget())
+        summary = {
+            "n_input": n_input,
+            "n_kept": len(stacked.manifest),
+            "n_rejected": len(stacked.rejects),
+            "rejects_by_reason": reject_counts(stacked.rejects),
+            "reject_budget": self.effective_reject_budget(),
+            "n_shards": len(shards),
+            "shards": shard_reports,
+            "placeholders": stacked.stats,
+            # single-shard keys the report reads (the first shard's recipe notes and cache stats)
+            "image_cache": shard_reports[0]["image_cache"],
+            "recipe_notes": shard_reports[0]["recipe_notes"],
+        }
+        # after the rejects are written: a stopped build leaves them in the .partial folder to look at
+        self._enforce_budgets(summary)
         save_frame(self.work_path(work_dir, "manifest"), stacked.manifest)
         write_json(
             self.work_path(work_dir, "image_shards"),
@@ -155,48 +220,8 @@ class PrepareDataset(PreparedTask, DatasetParams, HashedTask):
                 self.work_path(work_dir, "ground_truth"),
                 pd.concat([t for t in truths if t is not None], ignore_index=True),
             )
-        summary = {
-            "n_input": n_input,
-            "n_kept": len(stacked.manifest),
-            "n_rejected": len(rejects),
-            "rejects_by_reason": reject_counts(rejects),
-            "reject_budget": self.effective_reject_budget(),
-            "n_shards": len(shards),
-            "shards": shard_reports,
-            # single-shard keys the report reads (the first shard's recipe notes and cache stats)
-            "image_cache": shard_reports[0]["image_cache"],
-            "recipe_notes": shard_reports[0]["recipe_notes"],
-        }
         write_json(self.work_path(work_dir, "report"), summary)
         return {key: value for key, value in summary.items() if key != "shards"}
-
-
-@dataclass
-class StackedShards:
-    manifest: pd.DataFrame
-    rejects: pd.DataFrame
-
-
-def stack_shards(manifests: list[pd.DataFrame], cache_lengths: list[int]) -> StackedShards:
-    """Shard manifests in order, ``cache_row`` offset by the rows of earlier shard caches; a pair_id seen in
-    an earlier shard is rejected (``duplicate_pair_id``), as a repeated id is within one shard.
-    """
-    if len(manifests) != len(cache_lengths):
-        raise ValueError(f"{len(manifests)} shard manifests for {len(cache_lengths)} image caches")
-    offsets = np.concatenate(([0], np.cumsum(cache_lengths)[:-1])).astype(np.int64)
-    seen: set[str] = set()
-    parts, reject_rows = [], []
-    for index, (manifest, offset) in enumerate(zip(manifests, offsets, strict=True)):
-        repeated = manifest["pair_id"].isin(seen)
-        reject_rows += [
-            (pair_id, "duplicate_pair_id", f"shard {index} repeats a pair_id of an earlier shard")
-            for pair_id in manifest.loc[repeated, "pair_id"]
-        ]
-        part = manifest[~repeated].copy()
-        part["cache_row"] = part["cache_row"].astype("int64") + offset
-        seen.update(part["pair_id"])
-        parts.append(part)
-    return StackedShards(pd.concat(parts, ignore_index=True), make_rejects(reject_rows))
 
 
 def load_prepared_images(prepared_dir: Path) -> np.ndarray | ShardedImageCache:
@@ -209,9 +234,10 @@ def load_prepared_images(prepared_dir: Path) -> np.ndarray | ShardedImageCache:
 class Deduplicate(ManifestTask, DatasetParams, HashedTask):
     """MinHash LSH over word shingles of the text; keeps one pair per duplicate cluster.
 
-    With shards, this builds on the previous shards' Deduplicate: it loads their persisted LSH index,
-    hashes only the new pairs, and drops a new pair that duplicates an earlier one (or a smaller new
-    pair_id); earlier pairs keep their status.
+    With shards, this builds on the previous shards' Deduplicate: it loads their persisted LSH index and
+    hashes only the new pairs, and keeps what deduplicating the grown dataset at once keeps (the smallest
+    pair_id of each cluster, so a later pair may displace an earlier one: see
+    :func:`pipeline.steps.dedup.deduplicate_reusing`).
     """
 
     outputs = {
@@ -240,28 +266,27 @@ class Deduplicate(ManifestTask, DatasetParams, HashedTask):
         prepared = self.requires()["prepared"]
         manifest = prepared.manifest()
         previous = self.requires().get("previous")
-        if previous is None:
-            index = DedupIndex(settings["threshold"], settings["num_perm"])
-            kept_before: set[str] = set()
-        else:
-            index = load_dedup_index(previous.output_path("index"))
-            kept_before = set(previous.manifest()["pair_id"])
-        is_new = ~manifest["pair_id"].isin(set(index.pair_ids))
-        result = deduplicate_into(index, manifest[is_new], settings["shingle_size"])
-        kept_ids = kept_before | set(result.kept["pair_id"])
-        kept = manifest[manifest["pair_id"].isin(kept_ids)].reset_index(drop=True)
+        stored = None if previous is None else load_dedup_index(previous.output_path("index"))
+        result, index = deduplicate_reusing(
+            stored, manifest, settings["threshold"], settings["num_perm"], settings["shingle_size"]
+        )
+        kept = result.kept.reset_index(drop=True)
         save_frame(self.work_path(work_dir, "manifest"), kept)
         save_dedup_index(index, self.work_path(work_dir, "index"))
         clusters = index.clusters()
         report = {
             **result.report,
             "n_input": len(manifest),
-            "n_kept": len(kept_ids),
-            "n_removed": len(manifest) - len(kept_ids),
+            "n_kept": len(kept),
+            "n_removed": len(manifest) - len(kept),
             "n_clusters": len(clusters),
-            "n_new": int(is_new.sum()),
-            "n_new_kept": len(result.kept),
+            "n_new": result.report["n_signatures_computed"],
         }
+        if previous is not None:
+            # pairs the previous build kept that the grown dataset drops: a later pair with a smaller id in
+            # their cluster (rows now rejected upstream, e.g. as placeholders, are not counted)
+            before = set(previous.manifest()["pair_id"]) & set(manifest["pair_id"])
+            report["n_displaced"] = len(before - set(kept["pair_id"]))
         ground_truth = prepared.ground_truth()
         if ground_truth is not None and "dup_cluster" in ground_truth.columns:
             present = ground_truth[ground_truth["pair_id"].isin(manifest["pair_id"])]
