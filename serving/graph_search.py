@@ -20,12 +20,16 @@ from tqdm import tqdm
 
 from serving.neighbors import _best_per_item, check_width
 
-#: neighbors per node (2*M on the bottom layer); see benchmarks/results/bench_backends.md for the choice
-HNSW_M = 32
-#: candidate list while inserting: more gives a better graph and a longer build
+#: neighbors per node (2*M on the bottom layer). 16, not 32: at 100k items M 32 built 1.2-1.7x slower for
+#: recall the search list buys back more cheaply (ef_search), and the 1M build must stay within 5 minutes on
+#: 2 cores (hnswlib at M 16 / ef_construction 100: 221 s there; benchmarks/results/bench_backends.md)
+HNSW_M = 16
+#: candidate list while inserting: more gives a better graph and a longer build (about linearly)
 HNSW_EF_CONSTRUCTION = 100
-#: candidate list while searching (raised to the number of rows asked for when that is larger)
-HNSW_EF_SEARCH = 128
+#: candidate list while searching (raised to the number of rows asked for when that is larger): 256, not 128,
+#: for the overlapping gallery, where 128 loses 2-3% of the true top 10 already at 10k items; a query costs
+#: well under a millisecond either way, far below exact search above the crossover
+HNSW_EF_SEARCH = 256
 #: vectors added per faiss call: a progress bar that moves, and each call still spreads over every core
 ADD_CHUNK = 20_000
 #: below this many vectors a build takes about a second: no progress bar
