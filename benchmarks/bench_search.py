@@ -12,6 +12,9 @@ at 96 px + projection for a 64 px photo; random weights, which do not change the
     python benchmarks/bench_search.py --quick                 # 2k and 10k items, a minute
     python benchmarks/bench_search.py --bundle B              # 10k and 1M, and the API's requests/s with B
     python benchmarks/bench_search.py --annoy-sweep           # Annoy's recall / latency by trees x search_k
+    python benchmarks/bench_search.py --backends --sizes 100000,1000000 --json benchmarks/results/bench_backends.json
+                                                              # every backend, two galleries (bench_backends.py)
+    python benchmarks/bench_search.py --backends --quick      # the same at 2k and 10k items, seconds
 """
 
 from __future__ import annotations
@@ -330,7 +333,23 @@ def main() -> None:
     parser.add_argument("--out", help="write the results as JSON here (and as Markdown beside it, .md)")
     parser.add_argument("--render", help="only print the Markdown tables of a results JSON")
     parser.add_argument("--annoy-sweep", action="store_true", help="only Annoy's trees x search_k grid at 1M")
+    parser.add_argument(
+        "--backends", action="store_true", help="every backend on two galleries per size (bench_backends.py)"
+    )
+    parser.add_argument("--sizes", help="--backends: gallery sizes, comma-separated (default 100000,1000000)")
+    parser.add_argument("--queries", type=int, default=300, help="--backends: queries per gallery")
+    parser.add_argument("--json", help="--backends: write the rows here (Markdown and PNG plots beside it)")
+    parser.add_argument("--hnsw", help='--backends: HNSW builds and ef_search values, "M:efC:ef,ef;M:efC:ef"')
     args = parser.parse_args()
+    if args.backends:
+        from benchmarks.bench_backends import HNSW_GRID, run
+
+        default_sizes = "2000,10000" if args.quick else "100000,1000000"
+        sizes = [int(size) for size in (args.sizes or default_sizes).split(",")]
+        with tempfile.TemporaryDirectory(prefix="bench-backends-") as tmp:
+            out = Path(args.json) if args.json else None
+            run(sizes, 100 if args.quick else args.queries, out, Path(tmp), args.hnsw or HNSW_GRID)
+        return
     if args.render:
         print(markdown(json.loads(Path(args.render).read_text())), end="")
         return

@@ -1,7 +1,7 @@
 """``crossmodal``: export a trained model, index a gallery, search it, serve it (see docs/serving.md).
 
     crossmodal export RUN_OR_TRAIN_DIR OUT
-    crossmodal index BUNDLE --images DIR | --table pairs.csv --out INDEX
+    crossmodal index BUNDLE --images DIR | --table pairs.csv --out INDEX [--backend auto|exact|annoy|hnsw]
     crossmodal search INDEX --text "..." | --image PATH [-k 10] [--against image|text] [--json]
     crossmodal serve INDEX [--host 127.0.0.1 --port 8000]
     crossmodal evaluate BUNDLE [BUNDLE ...] --table pairs.csv --out DIR
@@ -53,8 +53,10 @@ def _index(args: argparse.Namespace) -> None:
     if (out / INDEX_FILE).exists():
         index = GalleryIndex.open(out)
         index.check_bundle(bundle)
+        if args.backend:
+            index.use_backend(args.backend)
     else:
-        index = GalleryIndex.create(out, bundle)
+        index = GalleryIndex.create(out, bundle, backend=args.backend or "auto")
     manifests, sources = [], []
     with tempfile.TemporaryDirectory(prefix="crossmodal-table-") as tmp:
         if args.images:
@@ -82,10 +84,19 @@ def _index(args: argparse.Namespace) -> None:
         print(f"Every skipped row (this and earlier runs): {out / 'rejects.csv'}")
     for modality in ("image", "text"):
         settings = search[modality]
-        why = "at or below" if settings["backend"] == "exact" else "above"
+        if settings.get("asked", "auto") != "auto":
+            why = "asked for with --backend"
+        else:
+            side = "at or below" if settings["backend"] == "exact" else "above"
+            why = f"{side} the measured crossover of {settings['exact_up_to']}; benchmarks/bench_search.py"
+        tuned = ", ".join(
+            f"{name} {settings[name]}"
+            for name in ("M", "ef_construction", "ef_search", "n_trees", "search_k")
+            if name in settings
+        )
         print(
-            f"{modality} search: {settings['backend']} ({settings['vectors']} vectors, {why} the measured "
-            f"crossover of {settings['exact_up_to']}; benchmarks/bench_search.py)"
+            f"{modality} search: {settings['backend']}{f' ({tuned})' if tuned else ''} "
+            f"({settings['vectors']} vectors, {why})"
         )
 
 
@@ -122,7 +133,8 @@ def _evaluate(args: argparse.Namespace) -> None:
     for bundle in payload["bundles"]:
         shown = [name for name in bundle["metrics"] if name.startswith(("5-way", "R@1 ")) or name == "rsum"]
         cells = ", ".join(
-            f"{name} {bundle['metrics'][name].get('mean', bundle['metrics'][name].get('value')):.4f}" for name in shown
+            f"{name} {bundle['metrics'][name].get('mean', bundle['metrics'][name].get('value')):.4f}"
+            for name in shown
         )
         print(f"  {bundle['label']}: {cells}")
 
@@ -137,6 +149,10 @@ def _serve(args: argparse.Namespace) -> None:
     # requests are embedded in parallel threads (FastAPI's pool): one core each instead of every request
     # fanning out over all cores
     torch.set_num_threads(1)
+    # and so is each HNSW search: one query's graph walk is sequential, extra OpenMP threads only spin
+    import faiss
+
+    faiss.omp_set_num_threads(1)
     searcher = Searcher.open(Path(args.index), Path(args.bundle) if args.bundle else None)
     settings = ServeSettings(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024))
     summary = searcher.summary()
@@ -172,6 +188,13 @@ def parser() -> argparse.ArgumentParser:
     index.add_argument("--images", help="a folder of images (image-only items, id = relative path)")
     index.add_argument("--table", help="a table of the pairs recipe's format (csv, jsonl, parquet)")
     index.add_argument("--out", required=True, help="the index folder; an existing index grows")
+    index.add_argument(
+        "--backend",
+        choices=["auto", "exact", "annoy", "hnsw"],
+        help="how each modality is searched: auto (default for a new index: exact up to "
+        "serving.neighbors.EXACT_SEARCH_MAX_VECTORS vectors, HNSW above), exact, annoy or hnsw; "
+        "on an existing index it changes the index's choice",
+    )
     index.set_defaults(run=_index)
 
     search = commands.add_parser("search", help="the top k items for a text or an image")
@@ -201,8 +224,12 @@ def parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
 
     evaluate = commands.add_parser("evaluate", help="score bundles on a labelled image-text table")
-    evaluate.add_argument("bundles", nargs="+", help="model bundles; the first is the one the others are compared with")
-    evaluate.add_argument("--table", required=True, help="a table of the pairs recipe's format (csv, jsonl, parquet)")
+    evaluate.add_argument(
+        "bundles", nargs="+", help="model bundles; the first is the one the others are compared with"
+    )
+    evaluate.add_argument(
+        "--table", required=True, help="a table of the pairs recipe's format (csv, jsonl, parquet)"
+    )
     evaluate.add_argument("--out", required=True, help="folder for metrics.json, report.md and rejects.csv")
     evaluate.add_argument("--redraws", type=int, default=5, help="distractor redraws of the n-way tasks")
     evaluate.set_defaults(run=_evaluate)

@@ -9,10 +9,13 @@ Layout (``INDEX_FORMAT_VERSION`` 1)::
     items.parquet        item_id, path, text (None: image only), image_row, text_row (-1: none)
     image_vectors.npy    float32 [n_images, K, D]      text_vectors.npy   float32 [n_texts, K, D]
     thumbnails.npy       uint8 [n_images, S, S, 3]     rejects.csv        every row skipped, with its reason
-    image.ann / text.ann Annoy forests, for a modality above the exact-search crossover
+    image.hnsw / text.hnsw   faiss HNSW graphs, for a modality above the exact-search crossover (or asked for)
+    image.ann / text.ann     Annoy forests, where ``backend`` asks for Annoy
 
-Indexes grow: :meth:`GalleryIndex.add` appends new items' embeddings to the stored ones (old items are never
-embedded again) and rebuilds only the Annoy forest, which cannot take items after it is built.
+``index.json`` records the backend asked for (``auto``, ``exact``, ``annoy``, ``hnsw``; an index written before
+this field is ``auto``) and, per modality, the one used with its settings. Indexes grow: :meth:`GalleryIndex.add`
+appends new items' embeddings to the stored ones (old items are never embedded again) and rebuilds only the
+graph or forest, which are built for a fixed set of vectors.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from common.files import atomic_path
 from serving.bundle import Bundle, BundleError
 from serving.embed import Embedder
 from serving.gallery import GalleryBatch
+from serving.graph_search import HnswSearch
 from serving.neighbors import (
     ANNOY_SEARCH_K,
     ANNOY_TREES,
@@ -43,6 +47,10 @@ INDEX_FORMAT = "crossmodal-index"
 INDEX_FORMAT_VERSION = 1
 INDEX_FILE = "index.json"
 MODALITIES = ("image", "text")
+#: the file each approximate backend keeps beside the vectors
+BACKEND_FILES = {"annoy": "ann", "hnsw": "hnsw"}
+
+SearchBackend = ExactSearch | AnnoySearch | HnswSearch
 
 
 class GalleryIndexError(ValueError):
@@ -74,14 +82,18 @@ class GalleryIndex:
         self.path, self.meta, self.items = Path(path), meta, items
         self.vectors, self.thumbnails, self.rejects = vectors, thumbnails, rejects
         self.position_of = {item_id: position for position, item_id in enumerate(items["item_id"])}
-        self._backends: dict[str, ExactSearch | AnnoySearch] = {}
+        self._backends: dict[str, SearchBackend] = {}
         self._row_items: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------ create / open
     @classmethod
-    def create(cls, path: Path, bundle: Bundle, exact_up_to: int = EXACT_SEARCH_MAX_VECTORS) -> GalleryIndex:
-        """A new, empty index for ``bundle``'s embeddings; a modality with more than ``exact_up_to`` vectors
-        is searched with Annoy (the default is the crossover measured by benchmarks/bench_search.py)."""
+    def create(
+        cls, path: Path, bundle: Bundle, exact_up_to: int = EXACT_SEARCH_MAX_VECTORS, backend: str = "auto"
+    ) -> GalleryIndex:
+        """A new, empty index for ``bundle``'s embeddings, searched with ``backend``; ``auto``: a modality with
+        more than ``exact_up_to`` vectors is searched with HNSW (the default is the crossover measured by
+        benchmarks/bench_search.py --backends), one with fewer exactly."""
+        choose_backend(0, exact_up_to, backend)  # an unknown backend fails here, before any file is written
         path = Path(path)
         if (path / INDEX_FILE).exists():
             raise FileExistsError(f"{path} already holds an index; open it to add items")
@@ -99,6 +111,7 @@ class GalleryIndex:
             "bundle_path": os.path.relpath(bundle.path.resolve(), path.resolve()),
             "thumbnail_size": size,
             "exact_up_to": exact_up_to,
+            "backend": backend,
             "search": {},
             "history": [],
         }
@@ -203,23 +216,33 @@ class GalleryIndex:
         self._write()
         return entry
 
+    def use_backend(self, backend: str) -> None:
+        """Search with ``backend`` from the next write on (``crossmodal index --backend`` on an existing index)."""
+        choose_backend(0, self.meta["exact_up_to"], backend)
+        self.meta["backend"] = backend
+
     def _write(self) -> None:
         self._backends, self._row_items = {}, {}
         for modality in MODALITIES:
             vectors = self.vectors[modality]
-            backend = choose_backend(vectors.shape[0] * vectors.shape[1], self.meta["exact_up_to"])
-            ann = self.path / f"{modality}.ann"
+            asked = self.meta.get("backend", "auto")  # indexes written before the field chose automatically
+            backend = choose_backend(vectors.shape[0] * vectors.shape[1], self.meta["exact_up_to"], asked)
             settings: dict[str, Any] = {
                 "backend": backend,
+                "asked": asked,
                 "vectors": int(vectors.shape[0] * vectors.shape[1]),
                 "exact_up_to": self.meta["exact_up_to"],
             }
             if backend == "annoy":
-                with atomic_path(ann) as tmp:
+                with atomic_path(self.path / f"{modality}.ann") as tmp:
                     AnnoySearch.build(vectors, tmp, ANNOY_TREES, ANNOY_SEARCH_K)
                 settings.update({"n_trees": ANNOY_TREES, "search_k": ANNOY_SEARCH_K})
-            elif ann.exists():
-                ann.unlink()
+            elif backend == "hnsw":
+                with atomic_path(self.path / f"{modality}.hnsw") as tmp:
+                    settings.update(HnswSearch.build(vectors, tmp).settings())
+            for other, suffix in BACKEND_FILES.items():
+                if other != backend and (self.path / f"{modality}.{suffix}").exists():
+                    (self.path / f"{modality}.{suffix}").unlink()
             self.meta["search"][modality] = settings
             _save_array(self.path / f"{modality}_vectors.npy", vectors)
         _save_array(self.path / "thumbnails.npy", self.thumbnails)
@@ -237,14 +260,18 @@ class GalleryIndex:
         _write_text(self.path / INDEX_FILE, json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
 
     # ------------------------------------------------------------------ searching
-    def backend(self, modality: str) -> ExactSearch | AnnoySearch:
+    def backend(self, modality: str) -> SearchBackend:
         if modality not in self._backends:
             vectors = self.vectors[modality]
             settings = self.meta["search"][modality]
+            n, per_item, width = vectors.shape
             if settings["backend"] == "annoy":
-                n, per_item, width = vectors.shape
                 self._backends[modality] = AnnoySearch.load(
                     self.path / f"{modality}.ann", n, per_item, width, settings["search_k"]
+                )
+            elif settings["backend"] == "hnsw":
+                self._backends[modality] = HnswSearch.load(
+                    self.path / f"{modality}.hnsw", n, per_item, width, settings["ef_search"]
                 )
             else:
                 self._backends[modality] = ExactSearch(vectors)

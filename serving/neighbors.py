@@ -1,6 +1,7 @@
-"""Nearest items by cosine similarity of L2-normalised embeddings ``[N, K, D]``: exact (one matrix product) or
-Annoy (approximate, angular), chosen by gallery size at the crossover measured by
-``benchmarks/bench_search.py`` (figures in ``benchmarks/results/bench_search.md``).
+"""Nearest items by cosine similarity of L2-normalised embeddings ``[N, K, D]``: exact (one matrix product),
+Annoy (approximate, angular) or a graph index (HNSW, :mod:`serving.graph_search`); ``auto`` chooses exact or
+HNSW by gallery size at the crossover measured by ``benchmarks/bench_search.py --backends`` (figures in
+``benchmarks/results/bench_backends.md``).
 
 With K > 1 embeddings per item (PVSE) an item's score is the best over the K x K query-item pairs, PVSE's
 similarity; every item's K vectors are rows ``item * K + j`` of the flat table.
@@ -14,18 +15,36 @@ from pathlib import Path
 import numpy as np
 from annoy import AnnoyIndex
 
-#: up to this many vectors a modality is searched exactly. Measured by benchmarks/bench_search.py on this 2-core
-#: machine with 256-d clustered embeddings (benchmarks/results/bench_search.md): at 1M vectors exact search takes
-#: 19-40 ms (p50) with recall 1, while Annoy needs 48 trees and search_k >= 250k to reach recall@10 >= 0.95 and is
-#: then no faster (~30-45 ms); Annoy pays off only beyond that, where exact grows linearly and Annoy does not.
-EXACT_SEARCH_MAX_VECTORS = 1_000_000
-#: Annoy settings above the crossover: recall@10 0.99 at 1M vectors in the benchmark (16 trees / 40k: 0.46)
+#: up to this many vectors ``auto`` searches a modality exactly, above it with HNSW. Measured by
+#: benchmarks/bench_search.py --backends on the shared 2-core machine (benchmarks/results/bench_backends.md):
+#: HNSW (serving/graph_search.py defaults) searches faster than exact from 10k items on, but there exact takes
+#: ~1 ms, less than a text query's embedding, with recall 1 and no build; at 30k exact already costs more than
+#: that embedding (3.7 ms p50 against 0.4-0.8 ms) and grows linearly (~35x HNSW's p50 at 100k). Annoy is never
+#: chosen: at the search_k where its recall@10 reaches 0.95 it is no faster than exact.
+EXACT_SEARCH_MAX_VECTORS = 20_000
+#: Annoy settings (``--backend annoy`` only: HNSW is faster at any recall it reaches): recall@10 0.99 at 1M
+#: clustered vectors in the benchmark (16 trees / search_k 40k: 0.46)
 ANNOY_TREES = 48
 ANNOY_SEARCH_K = 400_000
+#: what ``crossmodal index --backend`` accepts; ``auto`` is exact up to the crossover, HNSW above
+BACKENDS = ("auto", "exact", "annoy", "hnsw")
 
 
-def choose_backend(n_vectors: int, exact_up_to: int = EXACT_SEARCH_MAX_VECTORS) -> str:
-    return "exact" if n_vectors <= exact_up_to else "annoy"
+def choose_backend(n_vectors: int, exact_up_to: int = EXACT_SEARCH_MAX_VECTORS, backend: str = "auto") -> str:
+    """The backend that searches ``n_vectors`` vectors: ``backend`` itself unless it is ``auto``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"search backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if backend != "auto":
+        return backend
+    return "exact" if n_vectors <= exact_up_to else "hnsw"
+
+
+def check_width(query: np.ndarray, width: int, backend: str) -> np.ndarray:
+    """``query`` as float32 ``[Kq, D]``; a ValueError naming both widths when D is not the gallery's."""
+    query = np.atleast_2d(np.asarray(query, dtype=np.float32))
+    if query.ndim != 2 or query.shape[1] != width:
+        raise ValueError(f"query width {query.shape[-1]} != the {backend} index's width {width}")
+    return query
 
 
 def _best_per_item(rows: np.ndarray, scores: np.ndarray, per_item: int) -> tuple[np.ndarray, np.ndarray]:
@@ -49,8 +68,12 @@ class ExactSearch:
         self.flat = np.ascontiguousarray(vectors.reshape(-1, self.width), dtype=np.float32)
 
     def search(self, query: np.ndarray, k: int, exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
-        scores = (self.flat @ np.asarray(query, dtype=np.float32).T).reshape(self.n_items, -1).max(axis=1)
-        excluded = np.fromiter(exclude, dtype=np.int64)
+        query = check_width(query, self.width, self.name)
+        pairs = self.flat @ query.T
+        # an explicit row width: reshape(0, -1) of an empty gallery's scores is ambiguous
+        scores = pairs.reshape(self.n_items, self.per_item * len(query)).max(axis=1)
+        excluded = np.unique(np.fromiter(exclude, dtype=np.int64))
+        excluded = excluded[(excluded >= 0) & (excluded < self.n_items)]  # an absent item excludes nothing
         if excluded.size:
             scores[excluded] = -np.inf
         k = min(k, self.n_items - excluded.size)
@@ -98,10 +121,11 @@ class AnnoySearch:
         return cls(index, n_items, per_item, search_k)
 
     def search(self, query: np.ndarray, k: int, exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+        query = check_width(query, self.index.f, self.name)
         excluded = set(exclude)
         wanted = min(self.n_items * self.per_item, (k + len(excluded)) * self.per_item)
         rows, scores = [], []
-        for vector in np.asarray(query, dtype=np.float32):
+        for vector in query:
             found, distances = self.index.get_nns_by_vector(
                 vector.tolist(), wanted, search_k=max(self.search_k, wanted), include_distances=True
             )

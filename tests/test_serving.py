@@ -245,21 +245,71 @@ def test_index_skips_and_lists_bad_images_and_grows_without_reembedding(tmp_path
     assert "Indexed 0 new items" in again.stdout and "duplicate_pair_id" in again.stdout
 
 
-def test_an_index_above_the_crossover_searches_with_annoy_and_finds_the_same_items(
+def test_an_index_above_the_crossover_searches_with_hnsw_and_annoy_on_request_and_finds_the_same_items(
     tmp_path, pipeline_index, gallery
 ):
     folder, _ = gallery
     bundle = load_bundle(pipeline_index.output_path("bundle"))
     found = {}
-    for name, exact_up_to in (("exact", 10_000), ("annoy", 5)):
-        index = GalleryIndex.create(tmp_path / name, bundle, exact_up_to=exact_up_to)
+    for name, exact_up_to, backend in (
+        ("exact", 10_000, "auto"),
+        ("hnsw", 5, "auto"),
+        ("annoy", 10_000, "annoy"),
+    ):
+        index = GalleryIndex.create(tmp_path / name, bundle, exact_up_to=exact_up_to, backend=backend)
         batch = read_gallery(table_manifest(folder / "pairs.csv", tmp_path), int(bundle.image["cache_size"]))
         embed_into(index, Embedder(bundle), batch, "the gallery table")
         reopened = GalleryIndex.open(tmp_path / name)
         assert reopened.meta["search"]["image"]["backend"] == name
         assert (tmp_path / name / "image.ann").exists() == (name == "annoy")
+        assert (tmp_path / name / "image.hnsw").exists() == (name == "hnsw")
         found[name] = [hit.item_id for hit in Searcher(reopened, bundle).by_text(QUERY, 8)]
-    assert found["annoy"] == found["exact"]
+    assert found["annoy"] == found["exact"] == found["hnsw"]
+    assert {"M", "ef_construction", "ef_search"} <= set(
+        GalleryIndex.open(tmp_path / "hnsw").meta["search"]["text"]
+    )
+
+
+def test_index_backend_hnsw_end_to_end_and_an_index_from_before_the_backend_field_still_opens(
+    tmp_path, pipeline_index, gallery
+):
+    folder, _ = gallery
+    bundle = str(pipeline_index.output_path("bundle"))
+    table = str(folder / "pairs.csv")
+    for backend in ("exact", "hnsw"):
+        done = crossmodal(
+            "index", bundle, "--table", table, "--out", str(tmp_path / backend), "--backend", backend
+        )
+        assert f"image search: {backend}" in done.stdout and "asked for with --backend" in done.stdout
+    assert "image search: hnsw (M " in done.stdout
+    meta = json.loads((tmp_path / "hnsw" / "index.json").read_text())
+    assert meta["backend"] == "hnsw" and meta["search"]["image"]["ef_search"] > 0
+    # search and serve read the backend from the index: no flag
+    ranked = {
+        backend: [
+            hit["item_id"]
+            for hit in json.loads(
+                crossmodal("search", str(tmp_path / backend), "--text", QUERY, "-k", "8", "--json").stdout
+            )["results"]
+        ]
+        for backend in ("exact", "hnsw")
+    }
+    assert ranked["hnsw"] == ranked["exact"]
+    assert Searcher.open(tmp_path / "hnsw").summary()["search"] == {"image": "hnsw", "text": "hnsw"}
+    # an existing index switches backend when asked, and drops the graph files it no longer uses
+    crossmodal(
+        "index", bundle, "--images", str(folder), "--out", str(tmp_path / "hnsw"), "--backend", "exact"
+    )
+    assert not (tmp_path / "hnsw" / "image.hnsw").exists()
+    # an index written before the backend field: opens, searches, grows by size (auto)
+    old = json.loads((tmp_path / "exact" / "index.json").read_text())
+    del old["backend"]
+    for settings in old["search"].values():
+        del settings["asked"]
+    (tmp_path / "exact" / "index.json").write_text(json.dumps(old))
+    assert [hit.item_id for hit in Searcher.open(tmp_path / "exact").by_text(QUERY, 8)] == ranked["exact"]
+    grown = crossmodal("index", bundle, "--images", str(folder), "--out", str(tmp_path / "exact"))
+    assert "image search: exact" in grown.stdout and "at or below the measured crossover" in grown.stdout
 
 
 def test_search_cli_finds_a_photo_by_its_own_caption_and_reads_bad_queries(pipeline_index, gallery):
