@@ -1,7 +1,8 @@
 """Search speed of ``crossmodal``: query latency p50 / p99 for text and image queries at 10k and 1M gallery
 items, exact search against Annoy in the same run (Annoy's recall@10 against exact), the size where Annoy
-becomes faster (the crossover ``serving.neighbors.EXACT_SEARCH_MAX_VECTORS`` is set from), and the served
-API's requests per second for text queries.
+becomes faster, and the served API's requests per second for text queries. ``--backends`` measures every
+backend (exact, faiss flat, Annoy, HNSW) on two galleries: what ``serving.neighbors.EXACT_SEARCH_MAX_VECTORS``
+and the HNSW defaults are set from.
 
 Galleries are synthetic: 256-d embeddings drawn as a mixture of clusters (one centre per 100 items, noise so a
 centre's items sit at cosine ~0.6 around it), L2-normalised, like a trained model's topic structure; uniform
