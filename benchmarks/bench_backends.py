@@ -27,6 +27,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from serving.compressed_search import PQ_DIMS_PER_CODE, PQ_RERANK, PqScanSearch, sub_quantizers
 from serving.graph_search import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M, HnswSearch
 from serving.neighbors import EXACT_SEARCH_MAX_VECTORS, AnnoySearch, ExactSearch, choose_backend
 
@@ -34,9 +35,12 @@ WIDTH = 256
 #: (items per centre, cosine of an item to its centre)
 GALLERIES = {"clustered": (100, 0.6), "overlapping": (1000, 0.35)}
 ANNOY_GRID = {"n_trees": 48, "search_k": (40_000, 100_000, 400_000)}
-#: HNSW builds (M, ef_construction) and the ef_search values tried on each; the defaults are one of them
-#: (the second build, a cheaper graph, is the fallback should the default build exceed 5 minutes at 1M)
-HNSW_GRID = f"{HNSW_M}:{HNSW_EF_CONSTRUCTION}:128,{HNSW_EF_SEARCH},512;16:64:256,512"
+#: HNSW builds (M, ef_construction) and the ef_search values tried on each (one build: at 1M a faiss graph
+#: takes many minutes on 2 cores; the 10k-100k sweep in bench_backends_sweep.json tried M 32 and more ef)
+HNSW_GRID = f"{HNSW_M}:{HNSW_EF_CONSTRUCTION}:{HNSW_EF_SEARCH},1024,2048"
+#: PQ scan builds (dimensions per 4-bit code) and the rows re-ranked exactly on each; the default is one of
+#: them (2 dimensions per code: twice the bytes scanned, far fewer rows to re-rank)
+PQ_GRID = f"{PQ_DIMS_PER_CODE}:3000,{PQ_RERANK},12000;2:1000"
 WARMUP = 5
 
 
@@ -83,16 +87,17 @@ def _timed(build: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
-def parse_grid(grid: str) -> list[tuple[int, int, list[int]]]:
-    """``"M:ef_construction:ef,ef;..."`` as (M, ef_construction, [ef_search, ...]) per build."""
+def parse_grid(grid: str) -> list[tuple[list[int], list[int]]]:
+    """``"a:b:x,y;..."`` as ([a, b], [x, y]) per build: the build's settings, then the search settings tried
+    on it (HNSW: ``M:ef_construction:ef_search,...``; PQ: ``dims_per_code:rerank,...``)."""
     builds = []
     for build in grid.split(";"):
-        m, ef_construction, ef_values = build.split(":")
-        builds.append((int(m), int(ef_construction), [int(ef) for ef in ef_values.split(",")]))
+        *fixed, searched = build.split(":")
+        builds.append(([int(value) for value in fixed], [int(value) for value in searched.split(",")]))
     return builds
 
 
-def _candidates(gallery: np.ndarray, work: Path, hnsw_grid: str) -> list[dict[str, Any]]:
+def _candidates(gallery: np.ndarray, work: Path, hnsw_grid: str, pq_grid: str) -> list[dict[str, Any]]:
     """Every (backend, settings) with its search function, build seconds and index file."""
     out: list[dict[str, Any]] = []
     n = len(gallery)
@@ -125,7 +130,7 @@ def _candidates(gallery: np.ndarray, work: Path, hnsw_grid: str) -> list[dict[st
                 "file": work / "g.ann",
             }
         )
-    for m, ef_construction, ef_values in parse_grid(hnsw_grid):
+    for (m, ef_construction), ef_values in parse_grid(hnsw_grid):
         path = work / f"g_{m}_{ef_construction}.hnsw"
         build_s, graph = _timed(lambda m=m, c=ef_construction, p=path: HnswSearch.build(gallery, p, m, c))
         print(f"  hnsw M {m} ef_construction {ef_construction}: built in {build_s:.1f} s", flush=True)
@@ -140,6 +145,21 @@ def _candidates(gallery: np.ndarray, work: Path, hnsw_grid: str) -> list[dict[st
                     "file": path,
                 }
             )
+    for (dims_per_code,), rerank_values in parse_grid(pq_grid):
+        path = work / f"g_{dims_per_code}.pq"
+        build_s, scan = _timed(lambda d=dims_per_code, p=path: PqScanSearch.build(gallery, p, dims_per_code=d))
+        print(f"  pq {dims_per_code} dimensions per code: built in {build_s:.1f} s", flush=True)
+        for rerank in rerank_values:
+            searcher = PqScanSearch(scan.index, n, 1, rerank)
+            out.append(
+                {
+                    "backend": "pq",
+                    "settings": searcher.settings(),
+                    "search": searcher.search,
+                    "build_s": build_s,
+                    "file": path,
+                }
+            )
     return out
 
 
@@ -148,14 +168,19 @@ def is_default(backend: str, settings: dict[str, Any], n: int) -> bool:
     chosen = choose_backend(n, EXACT_SEARCH_MAX_VECTORS)
     if chosen == "exact":
         return backend == "exact"
-    defaults = {"M": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH}
-    return backend == chosen and settings == defaults
+    defaults = {
+        "hnsw": {"M": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH},
+        "pq": {"sub_quantizers": sub_quantizers(WIDTH), "bits": 4, "rerank": PQ_RERANK},
+    }
+    return backend == chosen and settings == defaults[chosen]
 
 
-def bench_gallery(kind: str, n: int, n_queries: int, work: Path, hnsw_grid: str) -> list[dict[str, Any]]:
+def bench_gallery(
+    kind: str, n: int, n_queries: int, work: Path, hnsw_grid: str, pq_grid: str
+) -> list[dict[str, Any]]:
     gallery, queries = synthetic(kind, n, n_queries + WARMUP, seed=n + len(kind))
     print(f"{kind} {n:,} items: building", flush=True)
-    candidates = _candidates(gallery, work, hnsw_grid)
+    candidates = _candidates(gallery, work, hnsw_grid, pq_grid)
     faiss.omp_set_num_threads(1)  # searching: one query at a time on one thread (builds used every core)
     truth = [set(ExactSearch(gallery).search(q, 10)[0].tolist()) for q in queries[WARMUP:]]
     times = [[] for _ in candidates]
@@ -247,18 +272,24 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def run(
-    sizes: list[int], n_queries: int, out: Path | None, work: Path, hnsw_grid: str = HNSW_GRID
+    sizes: list[int],
+    n_queries: int,
+    out: Path | None,
+    work: Path,
+    hnsw_grid: str = HNSW_GRID,
+    pq_grid: str = PQ_GRID,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {
         "machine": f"{os.cpu_count()} cores",
         "queries": n_queries,
         "exact_search_max_vectors": EXACT_SEARCH_MAX_VECTORS,
         "hnsw_grid": hnsw_grid,
+        "pq_grid": pq_grid,
         "backends": [
             row
             for n in sizes
             for kind in GALLERIES
-            for row in bench_gallery(kind, n, n_queries, work, hnsw_grid)
+            for row in bench_gallery(kind, n, n_queries, work, hnsw_grid, pq_grid)
         ],
     }
     print(markdown(results["backends"]))

@@ -341,15 +341,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300, help="--backends: queries per gallery")
     parser.add_argument("--json", help="--backends: write the rows here (Markdown and PNG plots beside it)")
     parser.add_argument("--hnsw", help='--backends: HNSW builds and ef_search values, "M:efC:ef,ef;M:efC:ef"')
+    parser.add_argument("--pq", help='--backends: PQ scan builds and re-rank sizes, "dims_per_code:rerank,rerank;..."')
     args = parser.parse_args()
     if args.backends:
-        from benchmarks.bench_backends import HNSW_GRID, run
+        from benchmarks.bench_backends import HNSW_GRID, PQ_GRID, run
 
         default_sizes = "2000,10000" if args.quick else "100000,1000000"
         sizes = [int(size) for size in (args.sizes or default_sizes).split(",")]
         with tempfile.TemporaryDirectory(prefix="bench-backends-") as tmp:
             out = Path(args.json) if args.json else None
-            run(sizes, 100 if args.quick else args.queries, out, Path(tmp), args.hnsw or HNSW_GRID)
+            queries = 100 if args.quick else args.queries
+            run(sizes, queries, out, Path(tmp), args.hnsw or HNSW_GRID, args.pq or PQ_GRID)
         return
     if args.render:
         print(markdown(json.loads(Path(args.render).read_text())), end="")

@@ -1,7 +1,7 @@
 """``crossmodal``: export a trained model, index a gallery, search it, serve it (see docs/serving.md).
 
     crossmodal export RUN_OR_TRAIN_DIR OUT
-    crossmodal index BUNDLE --images DIR | --table pairs.csv --out INDEX [--backend auto|exact|annoy|hnsw]
+    crossmodal index BUNDLE --images DIR | --table pairs.csv --out INDEX [--backend auto|exact|annoy|hnsw|pq]
     crossmodal search INDEX --text "..." | --image PATH [-k 10] [--against image|text] [--json]
     crossmodal serve INDEX [--host 127.0.0.1 --port 8000]
     crossmodal evaluate BUNDLE [BUNDLE ...] --table pairs.csv --out DIR
@@ -91,7 +91,7 @@ def _index(args: argparse.Namespace) -> None:
             why = f"{side} the measured crossover of {settings['exact_up_to']}; benchmarks/bench_search.py"
         tuned = ", ".join(
             f"{name} {settings[name]}"
-            for name in ("M", "ef_construction", "ef_search", "n_trees", "search_k")
+            for name in ("M", "ef_construction", "ef_search", "n_trees", "search_k", "sub_quantizers", "rerank")
             if name in settings
         )
         print(
@@ -190,9 +190,10 @@ def parser() -> argparse.ArgumentParser:
     index.add_argument("--out", required=True, help="the index folder; an existing index grows")
     index.add_argument(
         "--backend",
-        choices=["auto", "exact", "annoy", "hnsw"],
+        choices=["auto", "exact", "annoy", "hnsw", "pq"],
         help="how each modality is searched: auto (default for a new index: exact up to "
-        "serving.neighbors.EXACT_SEARCH_MAX_VECTORS vectors, HNSW above), exact, annoy or hnsw; "
+        "serving.neighbors.EXACT_SEARCH_MAX_VECTORS vectors, a 4-bit PQ scan with exact re-rank above), "
+        "exact, annoy, hnsw or pq; "
         "on an existing index it changes the index's choice",
     )
     index.set_defaults(run=_index)

@@ -9,13 +9,15 @@ Layout (``INDEX_FORMAT_VERSION`` 1)::
     items.parquet        item_id, path, text (None: image only), image_row, text_row (-1: none)
     image_vectors.npy    float32 [n_images, K, D]      text_vectors.npy   float32 [n_texts, K, D]
     thumbnails.npy       uint8 [n_images, S, S, 3]     rejects.csv        every row skipped, with its reason
-    image.hnsw / text.hnsw   faiss HNSW graphs, for a modality above the exact-search crossover (or asked for)
+    image.pq / text.pq       faiss 4-bit PQ codes + float vectors for the re-rank, for a modality above the
+                             exact-search crossover (or asked for)
+    image.hnsw / text.hnsw   faiss HNSW graphs, where ``backend`` asks for HNSW
     image.ann / text.ann     Annoy forests, where ``backend`` asks for Annoy
 
-``index.json`` records the backend asked for (``auto``, ``exact``, ``annoy``, ``hnsw``; an index written before
-this field is ``auto``) and, per modality, the one used with its settings. Indexes grow: :meth:`GalleryIndex.add`
-appends new items' embeddings to the stored ones (old items are never embedded again) and rebuilds only the
-graph or forest, which are built for a fixed set of vectors.
+``index.json`` records the backend asked for (``auto``, ``exact``, ``annoy``, ``hnsw``, ``pq``; an index written
+before this field is ``auto``) and, per modality, the one used with its settings. Indexes grow:
+:meth:`GalleryIndex.add` appends new items' embeddings to the stored ones (old items are never embedded again)
+and rebuilds only the codes, graph or forest, which are built for a fixed set of vectors.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pandas as pd
 
 from common.files import atomic_path
 from serving.bundle import Bundle, BundleError
+from serving.compressed_search import PqScanSearch
 from serving.embed import Embedder
 from serving.gallery import GalleryBatch
 from serving.graph_search import HnswSearch
@@ -48,9 +51,9 @@ INDEX_FORMAT_VERSION = 1
 INDEX_FILE = "index.json"
 MODALITIES = ("image", "text")
 #: the file each approximate backend keeps beside the vectors
-BACKEND_FILES = {"annoy": "ann", "hnsw": "hnsw"}
+BACKEND_FILES = {"annoy": "ann", "hnsw": "hnsw", "pq": "pq"}
 
-SearchBackend = ExactSearch | AnnoySearch | HnswSearch
+SearchBackend = ExactSearch | AnnoySearch | HnswSearch | PqScanSearch
 
 
 class GalleryIndexError(ValueError):
@@ -240,6 +243,9 @@ class GalleryIndex:
             elif backend == "hnsw":
                 with atomic_path(self.path / f"{modality}.hnsw") as tmp:
                     settings.update(HnswSearch.build(vectors, tmp).settings())
+            elif backend == "pq":
+                with atomic_path(self.path / f"{modality}.pq") as tmp:
+                    settings.update(PqScanSearch.build(vectors, tmp).settings())
             for other, suffix in BACKEND_FILES.items():
                 if other != backend and (self.path / f"{modality}.{suffix}").exists():
                     (self.path / f"{modality}.{suffix}").unlink()
@@ -272,6 +278,10 @@ class GalleryIndex:
             elif settings["backend"] == "hnsw":
                 self._backends[modality] = HnswSearch.load(
                     self.path / f"{modality}.hnsw", n, per_item, width, settings["ef_search"]
+                )
+            elif settings["backend"] == "pq":
+                self._backends[modality] = PqScanSearch.load(
+                    self.path / f"{modality}.pq", n, per_item, width, settings["rerank"]
                 )
             else:
                 self._backends[modality] = ExactSearch(vectors)

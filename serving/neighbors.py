@@ -1,6 +1,7 @@
 """Nearest items by cosine similarity of L2-normalised embeddings ``[N, K, D]``: exact (one matrix product),
-Annoy (approximate, angular) or a graph index (HNSW, :mod:`serving.graph_search`); ``auto`` chooses exact or
-HNSW by gallery size at the crossover measured by ``benchmarks/bench_search.py --backends`` (figures in
+Annoy (approximate, angular), a graph index (HNSW, :mod:`serving.graph_search`) or a 4-bit PQ scan with an
+exact re-rank (:mod:`serving.compressed_search`); ``auto`` chooses exact or the PQ scan by gallery size at the
+crossover measured by ``benchmarks/bench_search.py --backends`` (figures in
 ``benchmarks/results/bench_backends.md``).
 
 With K > 1 embeddings per item (PVSE) an item's score is the best over the K x K query-item pairs, PVSE's
@@ -15,19 +16,19 @@ from pathlib import Path
 import numpy as np
 from annoy import AnnoyIndex
 
-#: up to this many vectors ``auto`` searches a modality exactly, above it with HNSW. Measured by
-#: benchmarks/bench_search.py --backends (benchmarks/results/bench_backends.md): HNSW searches 10-35x faster
-#: than exact from 30k to 100k items, with recall@10 1.000 on the clustered gallery but 0.80-0.93 on the
-#: overlapping one (whose true top 10 are scattered over many clusters) at every setting tried. Until the
-#: graph's defaults reach recall 0.95 on both galleries, ``auto`` stays exact up to 1M vectors (about 100 ms a
-#: query there) and ``--backend hnsw`` is the user's choice after checking the recall on their own vectors.
-EXACT_SEARCH_MAX_VECTORS = 1_000_000
-#: Annoy settings (``--backend annoy`` only: HNSW is faster at any recall it reaches): recall@10 0.99 at 1M
-#: clustered vectors in the benchmark (16 trees / search_k 40k: 0.46)
+#: up to this many vectors ``auto`` searches a modality exactly, above it with the PQ scan
+#: (:mod:`serving.compressed_search`). Measured by benchmarks/bench_search.py --backends
+#: (benchmarks/results/bench_backends.md): exact search costs ~1 ms a query at 10k vectors, where the PQ scan is
+#: no faster, and grows linearly (p99 16-19 ms at 100k, 135-143 ms at 1M on this 2-core machine) while the scan
+#: answers in 4 ms / 8-10 ms p99 at recall@10 0.98-1.00 on both galleries. Absolute times follow the machine's
+#: memory bandwidth (exact reads every vector); the ratios are what travels.
+EXACT_SEARCH_MAX_VECTORS = 20_000
+#: Annoy settings (``--backend annoy`` only): recall@10 0.98 at 1M clustered vectors but 0.83 on the
+#: overlapping gallery, at exact search's latency (benchmarks/results/bench_backends.md)
 ANNOY_TREES = 48
 ANNOY_SEARCH_K = 400_000
-#: what ``crossmodal index --backend`` accepts; ``auto`` is exact up to the crossover, HNSW above
-BACKENDS = ("auto", "exact", "annoy", "hnsw")
+#: what ``crossmodal index --backend`` accepts; ``auto`` is exact up to the crossover, the PQ scan above
+BACKENDS = ("auto", "exact", "annoy", "hnsw", "pq")
 
 
 def choose_backend(n_vectors: int, exact_up_to: int = EXACT_SEARCH_MAX_VECTORS, backend: str = "auto") -> str:
@@ -36,7 +37,7 @@ def choose_backend(n_vectors: int, exact_up_to: int = EXACT_SEARCH_MAX_VECTORS, 
         raise ValueError(f"search backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     if backend != "auto":
         return backend
-    return "exact" if n_vectors <= exact_up_to else "hnsw"
+    return "exact" if n_vectors <= exact_up_to else "pq"
 
 
 def check_width(query: np.ndarray, width: int, backend: str) -> np.ndarray:
@@ -47,7 +48,7 @@ def check_width(query: np.ndarray, width: int, backend: str) -> np.ndarray:
     return query
 
 
-def _best_per_item(rows: np.ndarray, scores: np.ndarray, per_item: int) -> tuple[np.ndarray, np.ndarray]:
+def best_per_item(rows: np.ndarray, scores: np.ndarray, per_item: int) -> tuple[np.ndarray, np.ndarray]:
     """Highest score of each item among flat ``rows`` (item = row // K), items by decreasing score."""
     items = rows // per_item
     order = np.lexsort((-scores, items))
@@ -131,6 +132,6 @@ class AnnoySearch:
             )
             rows.append(np.asarray(found, dtype=np.int64))
             scores.append(1.0 - np.square(np.asarray(distances, dtype=np.float64)) / 2.0)
-        items, best = _best_per_item(np.concatenate(rows), np.concatenate(scores), self.per_item)
+        items, best = best_per_item(np.concatenate(rows), np.concatenate(scores), self.per_item)
         keep = np.array([item not in excluded for item in items], dtype=bool)
         return items[keep][:k], best[keep][:k].astype(np.float32)

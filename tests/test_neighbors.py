@@ -1,12 +1,13 @@
-"""The search backends of serving/: Annoy, given enough of the forest to inspect, and the HNSW graph find what
-exact search finds, with the same cosine scores, for one and for several (PVSE) embeddings per item; real faiss
-and Annoy indexes, saved and loaded."""
+"""The search backends of serving/: Annoy, given enough of the forest to inspect, the HNSW graph and the PQ scan
+with its exact re-rank find what exact search finds, with the same cosine scores, for one and for several
+(PVSE) embeddings per item; real faiss and Annoy indexes, saved and loaded."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from serving.compressed_search import PqScanSearch, sub_quantizers, training_rows
 from serving.graph_search import HnswSearch
 from serving.neighbors import EXACT_SEARCH_MAX_VECTORS, AnnoySearch, ExactSearch, choose_backend
 
@@ -36,9 +37,10 @@ def test_exact_and_annoy_find_the_brute_force_top_k(tmp_path, per_item):
     annoy = AnnoySearch.build(gallery, tmp_path / "g.ann", n_trees=8, search_k=len(gallery) * per_item * 8)
     loaded = AnnoySearch.load(tmp_path / "g.ann", len(gallery), per_item, gallery.shape[2], annoy.search_k)
     graph = HnswSearch.build(gallery, tmp_path / "g.hnsw")
+    scan = PqScanSearch.build(gallery, tmp_path / "g.pq", rerank=200)
     for query in queries:
         expected, scores = brute_force(gallery, query, 10)
-        for backend in (exact, annoy, loaded, graph):
+        for backend in (exact, annoy, loaded, graph, scan):
             items, found_scores = backend.search(query, 10)
             assert items.tolist() == expected, backend.name
             np.testing.assert_allclose(found_scores, scores, atol=1e-5)
@@ -51,6 +53,7 @@ def test_excluded_items_are_left_out_and_k_is_capped(tmp_path):
         ExactSearch(gallery),
         AnnoySearch.build(gallery, tmp_path / "g.ann", 4, 10_000),
         HnswSearch.build(gallery, tmp_path / "g.hnsw"),
+        PqScanSearch.build(gallery, tmp_path / "g.pq", rerank=8),
     )
     for backend in backends:
         items, scores = backend.search(query, 5)
@@ -62,12 +65,13 @@ def test_excluded_items_are_left_out_and_k_is_capped(tmp_path):
 
 def test_backend_by_size_or_as_asked():
     assert choose_backend(1000, exact_up_to=1000) == "exact"
-    assert choose_backend(1001, exact_up_to=1000) == "hnsw"
+    assert choose_backend(1001, exact_up_to=1000) == "pq"
     assert choose_backend(EXACT_SEARCH_MAX_VECTORS) == "exact"
-    assert choose_backend(EXACT_SEARCH_MAX_VECTORS + 1) == "hnsw"
+    assert choose_backend(EXACT_SEARCH_MAX_VECTORS + 1) == "pq"
     assert choose_backend(5, exact_up_to=1000, backend="annoy") == "annoy"
+    assert choose_backend(5, exact_up_to=1000, backend="hnsw") == "hnsw"
     assert choose_backend(10**9, backend="exact") == "exact"
-    with pytest.raises(ValueError, match="choose one of auto, exact, annoy, hnsw"):
+    with pytest.raises(ValueError, match="choose one of auto, exact, annoy, hnsw, pq"):
         choose_backend(5, backend="faiss")
 
 
@@ -86,10 +90,40 @@ def test_hnsw_saved_and_loaded_answers_as_built(tmp_path, per_item):
         HnswSearch.load(tmp_path / "g.hnsw", 1999, per_item, 32, ef_search=64)
 
 
-def test_pvse_items_ranked_through_hnsw_as_exact_ranks_them(tmp_path):
+@pytest.mark.parametrize("per_item", [1, 3])
+def test_pq_saved_and_loaded_answers_as_built_and_builds_are_reproducible(tmp_path, per_item):
+    gallery = clustered(2000, per_item, seed=5, width=32)
+    built = PqScanSearch.build(gallery, tmp_path / "g.pq", rerank=50)
+    loaded = PqScanSearch.load(tmp_path / "g.pq", 2000, per_item, 32, rerank=50)
+    assert loaded.settings() == built.settings() == {"sub_quantizers": 8, "bits": 4, "rerank": 50}
+    for query in clustered(20, per_item, seed=6, width=32):
+        items, scores = built.search(query, 10)
+        again, again_scores = loaded.search(query, 10)
+        assert again.tolist() == items.tolist()
+        np.testing.assert_array_equal(again_scores, scores)
+    PqScanSearch.build(gallery, tmp_path / "again.pq", rerank=50)
+    assert (tmp_path / "again.pq").read_bytes() == (tmp_path / "g.pq").read_bytes()  # seeded sample, k-means
+    with pytest.raises(ValueError, match="rebuild the index"):
+        PqScanSearch.load(tmp_path / "g.pq", 2000, per_item, 48, rerank=50)
+
+
+def test_pq_codes_per_vector_divide_the_width_and_training_rows_are_bounded():
+    assert [sub_quantizers(width) for width in (256, 1024, 30, 7, 1)] == [64, 256, 6, 1, 1]
+    assert sub_quantizers(256, dims_per_code=2) == 128
+    rows = np.arange(70_000 * 2, dtype=np.float32).reshape(70_000, 2)
+    sample = training_rows(rows)
+    assert sample.shape == (65_536, 2) and np.array_equal(sample, training_rows(rows))
+    assert len(np.unique(sample[:, 0])) == 65_536  # drawn without replacement
+    assert training_rows(rows[:3]).shape == (624, 2)  # tiled up to what k-means needs
+    assert training_rows(rows[:0]).shape == (624, 2)
+
+
+@pytest.mark.parametrize("backend", ["hnsw", "pq"])
+def test_pvse_items_ranked_through_an_approximate_backend_as_exact_ranks_them(tmp_path, backend):
     """K = 3 vectors per item, 10k items: an item's score is its best of the 3 x 3 pairs on both backends."""
     gallery = clustered(10_000, 3, seed=7, width=32)
-    exact, graph = ExactSearch(gallery), HnswSearch.build(gallery, tmp_path / "g.hnsw")
+    builders = {"hnsw": HnswSearch.build, "pq": PqScanSearch.build}
+    exact, graph = ExactSearch(gallery), builders[backend](gallery, tmp_path / "g")
     recall = []
     for query in clustered(50, 3, seed=8, width=32):
         expected, expected_scores = exact.search(query, 10)
@@ -105,25 +139,29 @@ def test_pvse_items_ranked_through_hnsw_as_exact_ranks_them(tmp_path):
     assert np.mean(recall) >= 0.99
 
 
-def test_hnsw_widens_until_k_items_or_the_gallery_runs_out(tmp_path):
+@pytest.mark.parametrize("backend", ["hnsw", "pq"])
+def test_approximate_backends_widen_until_k_items_or_the_gallery_runs_out(tmp_path, backend):
     # K = 4 rows per item and a query equal to one item's rows: its rows come back first, then others
     gallery = clustered(50, 4, seed=9, width=16)
-    graph = HnswSearch.build(gallery, tmp_path / "g.hnsw")
+    graph = HnswSearch.build(gallery) if backend == "hnsw" else PqScanSearch.build(gallery, rerank=4)
     items, _ = graph.search(gallery[3], 49, exclude=[3])
     assert len(items) == 49 and 3 not in items.tolist()
     assert sorted(graph.search(gallery[3], 1000)[0].tolist()) == list(range(50))
 
 
-@pytest.mark.parametrize("backend", ["exact", "hnsw"])
+@pytest.mark.parametrize("backend", ["exact", "hnsw", "pq"])
 def test_empty_and_one_item_galleries(tmp_path, backend):
     query = clustered(1, 2, seed=10)[0]
     for n in (0, 1):
         gallery = clustered(1, 2, seed=11)[:n]
         if backend == "exact":
             search = ExactSearch(gallery)
-        else:
+        elif backend == "hnsw":
             HnswSearch.build(gallery, tmp_path / f"{n}.hnsw")
             search = HnswSearch.load(tmp_path / f"{n}.hnsw", n, 2, 16, ef_search=16)
+        else:
+            PqScanSearch.build(gallery, tmp_path / f"{n}.pq")
+            search = PqScanSearch.load(tmp_path / f"{n}.pq", n, 2, 16, rerank=16)
         items, scores = search.search(query, 5)
         assert items.tolist() == list(range(n)) and len(scores) == n
         assert search.search(query, 5, exclude=[0])[0].tolist() == []
@@ -135,6 +173,7 @@ def test_a_query_of_another_width_is_one_clear_error(tmp_path):
         ExactSearch(gallery),
         AnnoySearch.build(gallery, tmp_path / "g.ann", 2, 100),
         HnswSearch.build(gallery, tmp_path / "g.hnsw"),
+        PqScanSearch.build(gallery, tmp_path / "g.pq"),
     )
     for backend in backends:
         with pytest.raises(ValueError) as error:

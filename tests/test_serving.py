@@ -245,7 +245,7 @@ def test_index_skips_and_lists_bad_images_and_grows_without_reembedding(tmp_path
     assert "Indexed 0 new items" in again.stdout and "duplicate_pair_id" in again.stdout
 
 
-def test_an_index_above_the_crossover_searches_with_hnsw_and_annoy_on_request_and_finds_the_same_items(
+def test_an_index_above_the_crossover_searches_with_pq_and_hnsw_or_annoy_on_request_and_finds_the_same_items(
     tmp_path, pipeline_index, gallery
 ):
     folder, _ = gallery
@@ -253,7 +253,8 @@ def test_an_index_above_the_crossover_searches_with_hnsw_and_annoy_on_request_an
     found = {}
     for name, exact_up_to, backend in (
         ("exact", 10_000, "auto"),
-        ("hnsw", 5, "auto"),
+        ("pq", 5, "auto"),
+        ("hnsw", 10_000, "hnsw"),
         ("annoy", 10_000, "annoy"),
     ):
         index = GalleryIndex.create(tmp_path / name, bundle, exact_up_to=exact_up_to, backend=backend)
@@ -263,25 +264,28 @@ def test_an_index_above_the_crossover_searches_with_hnsw_and_annoy_on_request_an
         assert reopened.meta["search"]["image"]["backend"] == name
         assert (tmp_path / name / "image.ann").exists() == (name == "annoy")
         assert (tmp_path / name / "image.hnsw").exists() == (name == "hnsw")
+        assert (tmp_path / name / "image.pq").exists() == (name == "pq")
         found[name] = [hit.item_id for hit in Searcher(reopened, bundle).by_text(QUERY, 8)]
-    assert found["annoy"] == found["exact"] == found["hnsw"]
+    assert found["annoy"] == found["exact"] == found["hnsw"] == found["pq"]
     assert {"M", "ef_construction", "ef_search"} <= set(
         GalleryIndex.open(tmp_path / "hnsw").meta["search"]["text"]
     )
+    assert {"sub_quantizers", "bits", "rerank"} <= set(GalleryIndex.open(tmp_path / "pq").meta["search"]["text"])
 
 
-def test_index_backend_hnsw_end_to_end_and_an_index_from_before_the_backend_field_still_opens(
+def test_index_backend_hnsw_and_pq_end_to_end_and_an_index_from_before_the_backend_field_still_opens(
     tmp_path, pipeline_index, gallery
 ):
     folder, _ = gallery
     bundle = str(pipeline_index.output_path("bundle"))
     table = str(folder / "pairs.csv")
-    for backend in ("exact", "hnsw"):
+    for backend in ("exact", "pq", "hnsw"):
         done = crossmodal(
             "index", bundle, "--table", table, "--out", str(tmp_path / backend), "--backend", backend
         )
         assert f"image search: {backend}" in done.stdout and "asked for with --backend" in done.stdout
     assert "image search: hnsw (M " in done.stdout
+    assert json.loads((tmp_path / "pq" / "index.json").read_text())["search"]["image"]["rerank"] > 0
     meta = json.loads((tmp_path / "hnsw" / "index.json").read_text())
     assert meta["backend"] == "hnsw" and meta["search"]["image"]["ef_search"] > 0
     # search and serve read the backend from the index: no flag
@@ -292,9 +296,9 @@ def test_index_backend_hnsw_end_to_end_and_an_index_from_before_the_backend_fiel
                 crossmodal("search", str(tmp_path / backend), "--text", QUERY, "-k", "8", "--json").stdout
             )["results"]
         ]
-        for backend in ("exact", "hnsw")
+        for backend in ("exact", "pq", "hnsw")
     }
-    assert ranked["hnsw"] == ranked["exact"]
+    assert ranked["hnsw"] == ranked["exact"] == ranked["pq"]
     assert Searcher.open(tmp_path / "hnsw").summary()["search"] == {"image": "hnsw", "text": "hnsw"}
     # an existing index switches backend when asked, and drops the graph files it no longer uses
     crossmodal(
