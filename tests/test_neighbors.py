@@ -75,36 +75,41 @@ def test_backend_by_size_or_as_asked():
         choose_backend(5, backend="faiss")
 
 
+#: per backend: build to a path, load it back, and the settings index.json would record
+SAVED = {
+    "hnsw": (
+        lambda gallery, path: HnswSearch.build(gallery, path, m=16, ef_construction=80, ef_search=64),
+        lambda path, n, per_item, width: HnswSearch.load(path, n, per_item, width, ef_search=64),
+        {"M": 16, "ef_construction": 80, "ef_search": 64},
+    ),
+    "pq": (
+        lambda gallery, path: PqScanSearch.build(gallery, path, rerank=50),
+        lambda path, n, per_item, width: PqScanSearch.load(path, n, per_item, width, rerank=50),
+        {"sub_quantizers": 8, "bits": 4, "rerank": 50},
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(SAVED))
 @pytest.mark.parametrize("per_item", [1, 3])
-def test_hnsw_saved_and_loaded_answers_as_built(tmp_path, per_item):
+def test_saved_and_loaded_answers_as_built_and_builds_are_reproducible(tmp_path, backend, per_item):
+    build, load, settings = SAVED[backend]
     gallery = clustered(2000, per_item, seed=5, width=32)
-    built = HnswSearch.build(gallery, tmp_path / "g.hnsw", m=16, ef_construction=80, ef_search=64)
-    loaded = HnswSearch.load(tmp_path / "g.hnsw", 2000, per_item, 32, ef_search=64)
-    assert loaded.settings() == built.settings() == {"M": 16, "ef_construction": 80, "ef_search": 64}
+    built = build(gallery, tmp_path / "g")
+    loaded = load(tmp_path / "g", 2000, per_item, 32)
+    assert loaded.settings() == built.settings() == settings
     for query in clustered(20, per_item, seed=6, width=32):
         items, scores = built.search(query, 10)
         again, again_scores = loaded.search(query, 10)
         assert again.tolist() == items.tolist()
         np.testing.assert_array_equal(again_scores, scores)
+    if backend == "pq":  # a seeded training sample and k-means: the same vectors give the same file
+        build(gallery, tmp_path / "again")
+        assert (tmp_path / "again").read_bytes() == (tmp_path / "g").read_bytes()
     with pytest.raises(ValueError, match="rebuild the index"):
-        HnswSearch.load(tmp_path / "g.hnsw", 1999, per_item, 32, ef_search=64)
-
-
-@pytest.mark.parametrize("per_item", [1, 3])
-def test_pq_saved_and_loaded_answers_as_built_and_builds_are_reproducible(tmp_path, per_item):
-    gallery = clustered(2000, per_item, seed=5, width=32)
-    built = PqScanSearch.build(gallery, tmp_path / "g.pq", rerank=50)
-    loaded = PqScanSearch.load(tmp_path / "g.pq", 2000, per_item, 32, rerank=50)
-    assert loaded.settings() == built.settings() == {"sub_quantizers": 8, "bits": 4, "rerank": 50}
-    for query in clustered(20, per_item, seed=6, width=32):
-        items, scores = built.search(query, 10)
-        again, again_scores = loaded.search(query, 10)
-        assert again.tolist() == items.tolist()
-        np.testing.assert_array_equal(again_scores, scores)
-    PqScanSearch.build(gallery, tmp_path / "again.pq", rerank=50)
-    assert (tmp_path / "again.pq").read_bytes() == (tmp_path / "g.pq").read_bytes()  # seeded sample, k-means
+        load(tmp_path / "g", 1999, per_item, 32)
     with pytest.raises(ValueError, match="rebuild the index"):
-        PqScanSearch.load(tmp_path / "g.pq", 2000, per_item, 48, rerank=50)
+        load(tmp_path / "g", 2000, per_item, 48)
 
 
 def test_pq_codes_per_vector_divide_the_width_and_training_rows_are_bounded():
