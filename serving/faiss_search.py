@@ -6,7 +6,8 @@ distinct items with ``exclude`` by fetching rows and widening until enough items
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import faiss
@@ -37,16 +38,16 @@ def add_in_chunks(index: faiss.Index, flat: np.ndarray, label: str, progress: bo
             bar.update(len(chunk))
 
 
-class every_core:  # noqa: N801 - used as a context manager, named like one
+@contextmanager
+def every_core() -> Iterator[None]:
     """faiss on every core inside the block, the caller's thread count restored after it (searches run on
     the threads the caller set: the server's, or one in the benchmark)."""
-
-    def __enter__(self) -> None:
-        self.threads = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(os.cpu_count() or 1)
-
-    def __exit__(self, *exc: object) -> None:
-        faiss.omp_set_num_threads(self.threads)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(os.cpu_count() or 1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(threads)
 
 
 def read_checked(path: Path, n_items: int, per_item: int, width: int) -> faiss.Index:
