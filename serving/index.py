@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +38,31 @@ from serving.compressed_search import PqScanSearch
 from serving.embed import Embedder
 from serving.gallery import GalleryBatch
 from serving.graph_search import HnswSearch
-from serving.neighbors import (
-    ANNOY_SEARCH_K,
-    ANNOY_TREES,
-    EXACT_SEARCH_MAX_VECTORS,
-    AnnoySearch,
-    ExactSearch,
-    choose_backend,
-)
+from serving.neighbors import EXACT_SEARCH_MAX_VECTORS, AnnoySearch, ExactSearch, choose_backend
 
 INDEX_FORMAT = "crossmodal-index"
 INDEX_FORMAT_VERSION = 1
 INDEX_FILE = "index.json"
 MODALITIES = ("image", "text")
-#: the file each approximate backend keeps beside the vectors
-BACKEND_FILES = {"annoy": "ann", "hnsw": "hnsw", "pq": "pq"}
-
 SearchBackend = ExactSearch | AnnoySearch | HnswSearch | PqScanSearch
+
+
+@dataclass(frozen=True)
+class ApproximateBackend:
+    """A backend kept in a file beside the vectors: ``search.build(vectors, path)`` writes it with the
+    backend's defaults, ``.settings()`` says what ``index.json`` records, and ``search.load(path, n_items,
+    per_item, width, settings[search_setting])`` reads it back without rebuilding."""
+
+    suffix: str
+    search: type[AnnoySearch] | type[HnswSearch] | type[PqScanSearch]
+    search_setting: str
+
+
+APPROXIMATE_BACKENDS = {
+    "annoy": ApproximateBackend("ann", AnnoySearch, "search_k"),
+    "hnsw": ApproximateBackend("hnsw", HnswSearch, "ef_search"),
+    "pq": ApproximateBackend("pq", PqScanSearch, "rerank"),
+}
 
 
 class GalleryIndexError(ValueError):
@@ -236,19 +245,12 @@ class GalleryIndex:
                 "vectors": int(vectors.shape[0] * vectors.shape[1]),
                 "exact_up_to": self.meta["exact_up_to"],
             }
-            if backend == "annoy":
-                with atomic_path(self.path / f"{modality}.ann") as tmp:
-                    AnnoySearch.build(vectors, tmp, ANNOY_TREES, ANNOY_SEARCH_K)
-                settings.update({"n_trees": ANNOY_TREES, "search_k": ANNOY_SEARCH_K})
-            elif backend == "hnsw":
-                with atomic_path(self.path / f"{modality}.hnsw") as tmp:
-                    settings.update(HnswSearch.build(vectors, tmp).settings())
-            elif backend == "pq":
-                with atomic_path(self.path / f"{modality}.pq") as tmp:
-                    settings.update(PqScanSearch.build(vectors, tmp).settings())
-            for other, suffix in BACKEND_FILES.items():
-                if other != backend and (self.path / f"{modality}.{suffix}").exists():
-                    (self.path / f"{modality}.{suffix}").unlink()
+            if backend in APPROXIMATE_BACKENDS:
+                with atomic_path(self.path / f"{modality}.{APPROXIMATE_BACKENDS[backend].suffix}") as tmp:
+                    settings.update(APPROXIMATE_BACKENDS[backend].search.build(vectors, tmp).settings())
+            for other, spec in APPROXIMATE_BACKENDS.items():
+                if other != backend and (self.path / f"{modality}.{spec.suffix}").exists():
+                    (self.path / f"{modality}.{spec.suffix}").unlink()
             self.meta["search"][modality] = settings
             _save_array(self.path / f"{modality}_vectors.npy", vectors)
         _save_array(self.path / "thumbnails.npy", self.thumbnails)
@@ -270,21 +272,15 @@ class GalleryIndex:
         if modality not in self._backends:
             vectors = self.vectors[modality]
             settings = self.meta["search"][modality]
-            n, per_item, width = vectors.shape
-            if settings["backend"] == "annoy":
-                self._backends[modality] = AnnoySearch.load(
-                    self.path / f"{modality}.ann", n, per_item, width, settings["search_k"]
-                )
-            elif settings["backend"] == "hnsw":
-                self._backends[modality] = HnswSearch.load(
-                    self.path / f"{modality}.hnsw", n, per_item, width, settings["ef_search"]
-                )
-            elif settings["backend"] == "pq":
-                self._backends[modality] = PqScanSearch.load(
-                    self.path / f"{modality}.pq", n, per_item, width, settings["rerank"]
-                )
-            else:
+            spec = APPROXIMATE_BACKENDS.get(settings["backend"])
+            if spec is None:
                 self._backends[modality] = ExactSearch(vectors)
+            else:
+                n, per_item, width = vectors.shape
+                path = self.path / f"{modality}.{spec.suffix}"
+                self._backends[modality] = spec.search.load(
+                    path, n, per_item, width, settings[spec.search_setting]
+                )
         return self._backends[modality]
 
     def rows_to_items(self, modality: str) -> np.ndarray:

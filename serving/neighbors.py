@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from annoy import AnnoyIndex
@@ -90,8 +91,12 @@ class AnnoySearch:
 
     name = "annoy"
 
-    def __init__(self, index: AnnoyIndex, n_items: int, per_item: int, search_k: int) -> None:
+    def __init__(
+        self, index: AnnoyIndex, n_items: int, per_item: int, search_k: int, n_trees: int | None = None
+    ) -> None:
         self.index, self.n_items, self.per_item, self.search_k = index, n_items, per_item, search_k
+        # as built; None when loaded (Annoy's get_n_trees() over-counts the roots of a reloaded small forest)
+        self.n_trees = n_trees
 
     @classmethod
     def build(
@@ -109,7 +114,7 @@ class AnnoySearch:
             index.add_item(row, vector)
         index.build(n_trees, n_jobs=-1)
         index.save(str(path))
-        return cls(index, n_items, per_item, search_k)
+        return cls(index, n_items, per_item, search_k, n_trees)
 
     @classmethod
     def load(cls, path: Path, n_items: int, per_item: int, width: int, search_k: int) -> AnnoySearch:
@@ -120,6 +125,10 @@ class AnnoySearch:
                 f"{path} holds {index.get_n_items()} vectors, the index {n_items * per_item}; rebuild the index"
             )
         return cls(index, n_items, per_item, search_k)
+
+    def settings(self) -> dict[str, Any]:
+        """What ``index.json`` records."""
+        return {"n_trees": self.n_trees, "search_k": int(self.search_k)}
 
     def search(self, query: np.ndarray, k: int, exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
         query = check_width(query, self.index.f, self.name)

@@ -36,6 +36,7 @@ from serving.cli import main
 from serving.embed import Embedder
 from serving.gallery import read_gallery, table_manifest
 from serving.index import GalleryIndex, embed_into
+from serving.neighbors import ANNOY_SEARCH_K, ANNOY_TREES
 from serving.search import Searcher
 
 pytestmark = pytest.mark.slow
@@ -271,6 +272,8 @@ def test_an_index_above_the_crossover_searches_with_pq_and_hnsw_or_annoy_on_requ
         GalleryIndex.open(tmp_path / "hnsw").meta["search"]["text"]
     )
     assert {"sub_quantizers", "bits", "rerank"} <= set(GalleryIndex.open(tmp_path / "pq").meta["search"]["text"])
+    annoy = GalleryIndex.open(tmp_path / "annoy").meta["search"]["text"]
+    assert (annoy["n_trees"], annoy["search_k"]) == (ANNOY_TREES, ANNOY_SEARCH_K)
 
 
 def test_index_backend_hnsw_and_pq_end_to_end_and_an_index_from_before_the_backend_field_still_opens(
