@@ -356,6 +356,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = set(stages) - set(STAGES)
     if unknown:
         parser.error(f"unknown stages {sorted(unknown)}; stages: {', '.join(STAGES)}")
+    if len(sizes) < 2:  # refused now, not after the measurements: the exponents are fitted between sizes
+        parser.error("--sizes needs at least two different sizes (the exponents are fitted between them)")
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_scaling_"))
     started = time.perf_counter()
     measurements = []

@@ -8,6 +8,7 @@ destination only when the block succeeds. :func:`atomic_directory` does the same
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import shutil
@@ -82,3 +83,23 @@ def remove_stale_temp_files(folder: Path) -> None:
     for path in Path(folder).rglob(".*.tmp"):
         if path.is_file():
             path.unlink()
+
+
+def reserve_disk_space(path: str | Path, named: Path) -> None:
+    """Allocate every block of the file at ``path`` now. A memory map over a sparse file on a full disk is
+    killed by SIGBUS at the first page the disk cannot back (no message, no cleanup); reserving first turns
+    that into an ``ENOSPC`` ``OSError`` here, naming ``named`` (the pipeline reports it as its
+    ``DiskFullError``). Filesystems without fallocate keep the sparse file, as before."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise OSError(
+                errno.ENOSPC, f"no space left on device while writing {named} ({size:,} bytes)", str(named)
+            ) from error
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    finally:
+        os.close(fd)

@@ -12,7 +12,6 @@ cache records for each kept pair (``placeholder_min_paths=None`` here), with :fu
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import time
@@ -28,7 +27,7 @@ import pandas as pd
 from PIL import Image
 from tqdm import tqdm
 
-from common.files import atomic_path
+from common.files import atomic_path, reserve_disk_space
 from data_recipes.validate import (
     DEFAULT_MAX_PIXELS,
     ImageRejected,
@@ -118,26 +117,6 @@ def _decode_all(paths: Sequence[str], image_size: int, max_pixels: int, workers:
         for start in range(0, len(paths), _CHUNK_PATHS):
             chunk = paths[start : start + _CHUNK_PATHS]
             yield from pool.map(lambda p: _decode_one(p, image_size, max_pixels), chunk)
-
-
-def reserve_disk_space(path: str | Path, named: Path) -> None:
-    """Allocate every block of the file at ``path`` now. A memory map over a sparse file on a full disk is
-    killed by SIGBUS at the first page the disk cannot back (no message, no cleanup); reserving first turns
-    that into an ``ENOSPC`` ``OSError`` here, naming ``named`` (the pipeline reports it as its
-    ``DiskFullError``). Filesystems without fallocate keep the sparse file, as before."""
-    fd = os.open(path, os.O_RDWR)
-    try:
-        size = os.fstat(fd).st_size
-        os.posix_fallocate(fd, 0, size)
-    except OSError as error:
-        if error.errno == errno.ENOSPC:
-            raise OSError(
-                errno.ENOSPC, f"no space left on device while writing {named} ({size:,} bytes)", str(named)
-            ) from error
-        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-            raise
-    finally:
-        os.close(fd)
 
 
 def _write_npy_atomically(

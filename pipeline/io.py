@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import json
 import logging
 import os
 import platform
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from importlib import metadata
 from pathlib import Path
@@ -275,6 +276,31 @@ def save_array(path: Path, array: np.ndarray) -> None:
     with _naming_disk_full(path), atomic_path(path) as tmp:
         with open(tmp, "wb") as handle:
             np.save(handle, array)
+
+
+def save_array_blocks(path: Path, rows: int, blocks: Iterable[np.ndarray]) -> tuple[tuple[int, ...], np.dtype]:
+    """What :func:`save_array` writes for ``np.concatenate(blocks)`` (``rows`` rows in all), written block by
+    block through a memory map so the whole array is never held in memory; the first block gives the
+    trailing shape and dtype. Returns the array's shape and dtype."""
+    blocks = iter(blocks)
+    first = next(blocks, None)
+    if first is None:
+        raise ValueError(f"no rows to write to {path.name}")
+    shape = (rows, *first.shape[1:])
+    with _naming_disk_full(path), atomic_path(path) as tmp:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=first.dtype, shape=shape)
+        files.reserve_disk_space(tmp, path)
+        written = 0
+        for block in itertools.chain([first], blocks):
+            if written + len(block) > rows:
+                raise ValueError(f"{path.name}: more than the {rows:,} rows expected")
+            out[written : written + len(block)] = block
+            written += len(block)
+        if written != rows:
+            raise ValueError(f"{path.name}: {written:,} rows written, {rows:,} expected")
+        out.flush()
+        del out
+    return shape, first.dtype
 
 
 def save_frame(path: Path, frame: pd.DataFrame) -> None:

@@ -107,3 +107,9 @@ def test_an_unknown_stage_is_refused_before_any_work(capsys):
         main(["--sizes", "300,600", "--stages", "dedup,nonsense"])
     assert "nonsense" in capsys.readouterr().err
     assert "dedup" in STAGES
+
+
+def test_one_size_is_refused_before_any_work(capsys):
+    with pytest.raises(SystemExit):
+        main(["--sizes", "32k,32000", "--stages", "dedup"])
+    assert "at least two different sizes" in capsys.readouterr().err

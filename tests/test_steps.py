@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 
 from models.doc2vec import infer_vectors
 from pipeline.base import stable_hash
-from pipeline.io import atomic_directory
+from pipeline.io import DiskFullError, atomic_directory, save_array, save_array_blocks
 from pipeline.profiles import Doc2VecSettings, WordVectorSettings
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec
 from pipeline.steps.neighbors import annoy_neighbor_table, exact_neighbors, recall_against_exact
@@ -136,6 +138,33 @@ def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
     with atomic_directory(final, resume=True) as work:
         assert (work / "half.txt").exists(), "a resumable task finds what the killed run left"
     assert (final / "half.txt").exists()
+
+
+@pytest.mark.parametrize("shape, dtype", [((300, 7), np.float32), ((130, 4, 3, 3), np.float16)])
+def test_an_array_saved_block_by_block_is_the_file_save_array_writes(tmp_path, shape, dtype):
+    """TrunkFeatures writes its features batch by batch through a memory map: same bytes as one np.save."""
+    array = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    save_array(tmp_path / "whole.npy", array)
+    blocks = (array[start : start + 64] for start in range(0, len(array), 64))
+    assert save_array_blocks(tmp_path / "blocks.npy", len(array), blocks) == (shape, np.dtype(dtype))
+    assert (tmp_path / "blocks.npy").read_bytes() == (tmp_path / "whole.npy").read_bytes()
+
+
+def test_block_writes_refuse_a_wrong_row_count_and_name_a_full_disk(tmp_path, monkeypatch):
+    blocks = [np.zeros((4, 2), np.float32)] * 3
+    for rows, message in [(13, "12 rows written, 13 expected"), (11, "more than the 11 rows expected")]:
+        with pytest.raises(ValueError, match=message):
+            save_array_blocks(tmp_path / "a.npy", rows, iter(blocks))
+    with pytest.raises(ValueError, match="no rows to write to a.npy"):
+        save_array_blocks(tmp_path / "a.npy", 0, [])
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    with pytest.raises(DiskFullError, match=r"no space left on device while writing .*a\.npy"):
+        save_array_blocks(tmp_path / "a.npy", 12, iter(blocks))
+    assert list(tmp_path.iterdir()) == [], "no temp file or partial array left"
 
 
 def test_stable_hash_ignores_key_order():

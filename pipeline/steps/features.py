@@ -4,6 +4,8 @@ image neighbors (Ours (Img NNs)).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
@@ -12,8 +14,7 @@ from models.encoders import frozen_trunk_features, resize_batch
 from models.loader import LoaderSettings, prefetched
 
 
-@torch.no_grad()
-def trunk_features(
+def trunk_feature_batches(
     images: np.ndarray,
     backbone: str,
     pretrained: bool,
@@ -22,11 +23,12 @@ def trunk_features(
     seed: int,
     batch_size: int = 128,
     device: str = "cpu",
-) -> tuple[np.ndarray, bool]:
+) -> tuple[Iterator[np.ndarray], bool]:
     """Trunk features of every row of the image cache ``images`` (uint8 ``[R, S, S, 3]``), resized to
-    ``image_size``: pooled ``float32 [R, C]``, or with ``spatial`` the map ``float16 [R, C, h, w]`` (PVSE
-    attends over its cells; half precision halves the cache, and the trained layers work in float32).
-    Also returns whether ImageNet weights were loaded (otherwise: the seeded random init, with a warning).
+    ``image_size``, as batches of ``batch_size`` rows in row order: pooled ``float32 [B, C]``, or with
+    ``spatial`` the map ``float16 [B, C, h, w]`` (PVSE attends over its cells; half precision halves the
+    cache, and the trained layers work in float32). Also returns whether ImageNet weights were loaded
+    (otherwise: the seeded random init, with a warning).
     """
     torch.manual_seed(seed)
     # weights channels_last too (frozen_trunk_features feeds channels_last input)
@@ -40,10 +42,30 @@ def trunk_features(
         batch = resize_batch(torch.from_numpy(np.ascontiguousarray(images[rows])), image_size)
         return batch.pin_memory() if loading.pin_memory else batch
 
-    starts = range(0, len(images), batch_size)
-    row_chunks = (np.arange(start, min(start + batch_size, len(images))) for start in starts)
-    chunks = []
-    for _, batch in prefetched(row_chunks, host_batch, loading.num_workers, loading.prefetch_batches):
-        pixels = batch.to(device, non_blocking=loading.pin_memory)
-        chunks.append(frozen_trunk_features(trunk, pixels, mean, std, spatial).cpu().numpy())
-    return np.concatenate(chunks), trunk.pretrained_loaded
+    @torch.no_grad()
+    def batches() -> Iterator[np.ndarray]:
+        starts = range(0, len(images), batch_size)
+        row_chunks = (np.arange(start, min(start + batch_size, len(images))) for start in starts)
+        for _, batch in prefetched(row_chunks, host_batch, loading.num_workers, loading.prefetch_batches):
+            pixels = batch.to(device, non_blocking=loading.pin_memory)
+            yield frozen_trunk_features(trunk, pixels, mean, std, spatial).cpu().numpy()
+
+    return batches(), trunk.pretrained_loaded
+
+
+def trunk_features(
+    images: np.ndarray,
+    backbone: str,
+    pretrained: bool,
+    image_size: int,
+    spatial: bool,
+    seed: int,
+    batch_size: int = 128,
+    device: str = "cpu",
+) -> tuple[np.ndarray, bool]:
+    """:func:`trunk_feature_batches` as one array, for what fits in memory (the pipeline writes the batches
+    to disk as they come: :func:`pipeline.io.save_array_blocks`)."""
+    batches, loaded = trunk_feature_batches(
+        images, backbone, pretrained, image_size, spatial, seed, batch_size, device
+    )
+    return np.concatenate(list(batches)), loaded

@@ -11,10 +11,10 @@ import luigi
 import numpy as np
 
 from pipeline.base import HashedTask
-from pipeline.io import save_array, save_frame, write_json
+from pipeline.io import save_array, save_array_blocks, save_frame, write_json
 from pipeline.profiles import TrainSettings
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec
-from pipeline.steps.features import trunk_features
+from pipeline.steps.features import trunk_feature_batches
 from pipeline.steps.neighbors import (
     annoy_neighbor_table,
     recall_against_exact,
@@ -121,20 +121,13 @@ class TrunkFeatures(DatasetParams, HashedTask):
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        features, loaded = trunk_features(
-            self.requires().images(),
-            self.backbone,
-            self.pretrained,
-            self.image_size,
-            self.spatial,
-            self.data_seed,
+        images = self.requires().images()
+        batches, loaded = trunk_feature_batches(
+            images, self.backbone, self.pretrained, self.image_size, self.spatial, self.data_seed
         )
-        save_array(self.work_path(work_dir, "features"), features)
-        return {
-            "shape": list(features.shape),
-            "dtype": str(features.dtype),
-            "imagenet_weights_loaded": loaded,
-        }
+        # batch by batch to disk: at 1M images the pooled features alone are 5 GB
+        shape, dtype = save_array_blocks(self.work_path(work_dir, "features"), len(images), batches)
+        return {"shape": list(shape), "dtype": str(dtype), "imagenet_weights_loaded": loaded}
 
 
 def trunk_features_task(task: HashedTask, settings: TrainSettings, spatial: bool) -> TrunkFeatures:
@@ -183,24 +176,23 @@ class NeighborTables(DatasetParams, HashedTask):
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = self.requires()
         manifest = inputs["split"].manifest()
-        if self.space == "text":
-            vectors = inputs["vectors"].load("doc_vectors")
-        else:
-            vectors = np.asarray(inputs["vectors"].features(), dtype=np.float32)
-            vectors = vectors[manifest["cache_row"].to_numpy()]
         train_rows = np.flatnonzero((manifest["split"] == "train").to_numpy())
+        if self.space == "text":
+            vectors = inputs["vectors"].load("doc_vectors")[train_rows]
+        else:
+            # one gather of the train rows from the memory-mapped features: no copy of every manifest row
+            cache_rows = manifest["cache_row"].to_numpy()[train_rows]
+            vectors = np.asarray(inputs["vectors"].features()[cache_rows], dtype=np.float32)
         settings = self.settings.neighbors
         table = annoy_neighbor_table(
-            vectors[train_rows],
+            vectors,
             settings.k,
             settings.n_trees,
             settings.search_k,
             self.data_seed,
             save_to=self.work_path(work_dir, "index"),
         )
-        recall = recall_against_exact(
-            vectors[train_rows], table.neighbors, settings.recall_queries, self.data_seed
-        )
+        recall = recall_against_exact(vectors, table.neighbors, settings.recall_queries, self.data_seed)
         save_array(self.work_path(work_dir, "neighbors"), table.neighbors)
         save_array(self.work_path(work_dir, "distances"), table.distances)
         save_array(self.work_path(work_dir, "train_rows"), train_rows)
