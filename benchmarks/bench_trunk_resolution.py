@@ -20,7 +20,7 @@ import torch
 
 from data_recipes.embedded import build
 from data_recipes.image_cache import build_image_cache
-from pipeline.steps.features import trunk_features
+from pipeline.steps.features import trunk_feature_batches
 
 
 def topic_precision_at_10(features: np.ndarray, topics: np.ndarray) -> float:
@@ -53,7 +53,8 @@ def main() -> None:
         baseline_rate = None
         for size in args.sizes:
             started = time.perf_counter()
-            features, loaded = trunk_features(images, args.backbone, True, size, spatial=False, seed=0)
+            batches, loaded = trunk_feature_batches(images, args.backbone, True, size, spatial=False, seed=0)
+            features = np.concatenate(list(batches))
             rate = len(images) / (time.perf_counter() - started)
             baseline_rate = baseline_rate or rate
             print(

@@ -52,20 +52,3 @@ def trunk_feature_batches(
 
     return batches(), trunk.pretrained_loaded
 
-
-def trunk_features(
-    images: np.ndarray,
-    backbone: str,
-    pretrained: bool,
-    image_size: int,
-    spatial: bool,
-    seed: int,
-    batch_size: int = 128,
-    device: str = "cpu",
-) -> tuple[np.ndarray, bool]:
-    """:func:`trunk_feature_batches` as one array, for what fits in memory (the pipeline writes the batches
-    to disk as they come: :func:`pipeline.io.save_array_blocks`)."""
-    batches, loaded = trunk_feature_batches(
-        images, backbone, pretrained, image_size, spatial, seed, batch_size, device
-    )
-    return np.concatenate(list(batches)), loaded
