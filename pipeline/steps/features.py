@@ -51,4 +51,3 @@ def trunk_feature_batches(
             yield frozen_trunk_features(trunk, pixels, mean, std, spatial).cpu().numpy()
 
     return batches(), trunk.pretrained_loaded
-
