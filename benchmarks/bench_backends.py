@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,23 @@ def _timed(build: Callable[[], Any]) -> tuple[float, Any]:
     started = time.perf_counter()
     result = build()
     return time.perf_counter() - started, result
+
+
+def interleaved(
+    searches: Sequence[Callable[[np.ndarray], np.ndarray]], queries: np.ndarray, truth: Sequence[set[int]]
+) -> tuple[list[list[float]], list[list[float]]]:
+    """Every ``search(query) -> top-10 rows`` on every query, interleaved query by query so all see the same
+    load of this shared machine; the first ``WARMUP`` queries untimed (they page the index in and warm the
+    caches). Per search: milliseconds and recall@10 against ``truth`` (one set per timed query)."""
+    times: list[list[float]] = [[] for _ in searches]
+    recall: list[list[float]] = [[] for _ in searches]
+    for position, query in enumerate(queries):
+        for slot, search in enumerate(searches):
+            seconds, found = _timed(lambda s=search, q=query: s(q))
+            if position >= WARMUP:
+                times[slot].append(seconds * 1000)
+                recall[slot].append(len(set(np.asarray(found).tolist()) & truth[position - WARMUP]) / 10)
+    return times, recall
 
 
 def parse_grid(grid: str) -> list[tuple[list[int], list[int]]]:
@@ -183,14 +200,8 @@ def bench_gallery(
     candidates = _candidates(gallery, work, hnsw_grid, pq_grid)
     faiss.omp_set_num_threads(1)  # searching: one query at a time on one thread (builds used every core)
     truth = [set(ExactSearch(gallery).search(q, 10)[0].tolist()) for q in queries[WARMUP:]]
-    times = [[] for _ in candidates]
-    recall = [[] for _ in candidates]
-    for position, query in enumerate(queries):
-        for slot, candidate in enumerate(candidates):
-            seconds, (found, _) = _timed(lambda c=candidate, q=query: c["search"](q, 10))
-            if position >= WARMUP:  # untimed first queries: page the index in, warm caches
-                times[slot].append(seconds * 1000)
-                recall[slot].append(len(set(np.asarray(found).tolist()) & truth[position - WARMUP]) / 10)
+    searches = [lambda q, c=candidate: c["search"](q, 10)[0] for candidate in candidates]
+    times, recall = interleaved(searches, queries, truth)
     faiss.omp_set_num_threads(os.cpu_count() or 1)
     rows = []
     for slot, candidate in enumerate(candidates):

@@ -18,11 +18,13 @@ from pathlib import Path
 import numpy as np
 from annoy import AnnoyIndex
 
+from pipeline.steps.neighbors import ANNOY_METRIC, build_annoy_index, exact_neighbors
+
 
 def stored_vectors(path: Path) -> np.ndarray:
     """The unit-normalised vectors an Annoy file holds (its width read from the table's ``neighbors.json``)."""
     width = json.loads((path.parent / "neighbors.json").read_text())["annoy"]["dim"]
-    index = AnnoyIndex(width, "angular")
+    index = AnnoyIndex(width, ANNOY_METRIC)
     index.load(str(path))
     vectors = np.array([index.get_item_vector(i) for i in range(index.get_n_items())], dtype=np.float32)
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -38,19 +40,14 @@ def recall_grid(
     vectors: np.ndarray, k: int, trees: list[int], factors: list[int], n_queries: int, seed: int = 0
 ) -> list[dict]:
     """For each tree count and each multiple of Annoy's default search_k (trees * k): recall@k and @10."""
-    n, width = vectors.shape
+    n = len(vectors)
     queries = np.random.default_rng(seed).choice(n, min(n_queries, n), replace=False)
-    scores = vectors[queries] @ vectors.T
-    scores[np.arange(len(queries)), queries] = -np.inf  # the table excludes the item itself
-    truth = np.argsort(-scores, axis=1)[:, :k]
+    truth = exact_neighbors(vectors, queries, k)
     rows = []
     for n_trees in trees:
-        index = AnnoyIndex(width, "angular")
-        index.set_seed(seed)
-        for row, vector in enumerate(vectors):
-            index.add_item(row, vector)
+        # built as the pipeline builds its tables (one thread); the build time includes adding the items
         started = time.perf_counter()
-        index.build(n_trees, n_jobs=-1)
+        index = build_annoy_index(vectors, n_trees, seed)
         build_s = time.perf_counter() - started
         for factor in factors:
             search_k = n_trees * k * factor

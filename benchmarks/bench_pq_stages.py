@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_backends import WARMUP, WIDTH, synthetic  # noqa: E402
+from benchmarks.bench_backends import WARMUP, WIDTH, interleaved, synthetic  # noqa: E402
 from serving.compressed_search import training_rows  # noqa: E402
 from serving.faiss_search import every_core  # noqa: E402
 from serving.neighbors import ExactSearch  # noqa: E402
@@ -36,7 +35,7 @@ from serving.neighbors import ExactSearch  # noqa: E402
 Searcher = Callable[[np.ndarray], np.ndarray]
 
 
-def _fast_scan(flat: np.ndarray, train: np.ndarray, codes: int) -> faiss.IndexPQFastScan:
+def _fast_scan(train: np.ndarray, codes: int) -> faiss.IndexPQFastScan:
     index = faiss.IndexPQFastScan(WIDTH, codes, 4, faiss.METRIC_INNER_PRODUCT)
     index.train(train)
     return index
@@ -47,13 +46,13 @@ def variants(flat: np.ndarray) -> dict[str, Searcher]:
     train = training_rows(flat)
     refine = faiss.IndexRefineSearchParameters
     with every_core():
-        scan64 = faiss.IndexRefineFlat(_fast_scan(flat, train, 64))
+        scan64 = faiss.IndexRefineFlat(_fast_scan(train, 64))
         scan64.add(flat)
-        scan32 = faiss.IndexRefineFlat(_fast_scan(flat, train, 32))
+        scan32 = faiss.IndexRefineFlat(_fast_scan(train, 32))
         scan32.add(flat)
         pq8 = faiss.IndexPQ(WIDTH, 64, 8, faiss.METRIC_INNER_PRODUCT)
         pq8.train(train)
-        cascade = faiss.IndexRefineFlat(faiss.IndexRefine(_fast_scan(flat, train, 32), pq8))
+        cascade = faiss.IndexRefineFlat(faiss.IndexRefine(_fast_scan(train, 32), pq8))
         cascade.add(flat)
     codes64 = faiss.downcast_index(scan64.base_index)
 
@@ -102,29 +101,19 @@ def run(gallery_kind: str, items: int, n_queries: int) -> list[dict]:
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     truth = [set(searchers["exact"](query).tolist()) for query in queries[WARMUP:]]
-    times: dict[str, list[float]] = {name: [] for name in searchers}
-    recall: dict[str, list[float]] = {name: [] for name in searchers}
-    for position, query in enumerate(queries):
-        query = np.ascontiguousarray(query)
-        for name, search in searchers.items():
-            started = time.perf_counter()
-            found = search(query)
-            seconds = time.perf_counter() - started
-            if position >= WARMUP:
-                times[name].append(seconds * 1000)
-                recall[name].append(len(set(np.asarray(found).tolist()) & truth[position - WARMUP]) / 10)
+    times, recall = interleaved(list(searchers.values()), queries, truth)
     faiss.omp_set_num_threads(threads)
-    exact_p99 = float(np.percentile(times["exact"], 99))
+    exact_p99 = float(np.percentile(times[list(searchers).index("exact")], 99))
     rows = []
-    for name in searchers:
-        p99 = float(np.percentile(times[name], 99))
+    for slot, name in enumerate(searchers):
+        p99 = float(np.percentile(times[slot], 99))
         rows.append(
             {
                 "gallery": gallery_kind,
                 "items": items,
                 "variant": name,
-                "recall@10": round(float(np.mean(recall[name])), 4),
-                "search_p50_ms": round(float(np.percentile(times[name], 50)), 3),
+                "recall@10": round(float(np.mean(recall[slot])), 4),
+                "search_p50_ms": round(float(np.percentile(times[slot], 50)), 3),
                 "search_p99_ms": round(p99, 3),
                 "exact_p99_over_p99": round(exact_p99 / p99, 2),
             }

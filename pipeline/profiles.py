@@ -136,8 +136,8 @@ PAPER = Profile(
     name="paper",
     train=TrainSettings(**SELECT_BY_RSUM),
     # Annoy's default search_k (n_trees * k = 10,000) finds too few true neighbors at the paper's sizes: on the
-    # 53,894 train texts of a 100k-pair run, recall@200 against exact 0.818 and 0.951 for the first 10 (the
-    # pool i' is drawn from); 4x the default gives 0.977 / 0.998 at 2.7x the query time (1.9 -> 5.2 min for
+    # 53,894 train texts of a 100k-pair run, recall@200 against exact 0.820 and 0.952 for the first 10 (the
+    # pool i' is drawn from); 4x the default gives 0.978 / 0.998 at 2.4x the query time (1.8 -> 4.2 min for
     # that table), cheaper than more trees (100 trees: 0.907 / 0.986). docs/scaling.md, "Neighbor tables"
     neighbors=NeighborSettings(search_k=40_000),
 )
