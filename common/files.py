@@ -12,9 +12,11 @@ import errno
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
 
 
 def create_temp_file(folder: Path, prefix: str, suffix: str) -> Path:
@@ -103,3 +105,25 @@ def reserve_disk_space(path: str | Path, named: Path) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def write_npy_through_memmap(
+    path: Path, shape: tuple[int, ...], dtype: np.dtype | type, fill: Callable[[np.ndarray], None], *, named: Path
+) -> None:
+    """Create a .npy of ``shape`` and ``dtype`` at ``path`` (:func:`atomic_path`: readers see no file or a
+    complete one), ``fill`` it through a memory map whose blocks are reserved first
+    (:func:`reserve_disk_space`, naming ``named`` on a full disk), then publish it: an array larger than
+    memory is written without ever being held whole."""
+    with atomic_path(path) as temp:
+        if shape[0] == 0:
+            # a zero-length memmap cannot be mapped: the empty array is filled in memory
+            array = np.zeros(shape, dtype=dtype)
+            fill(array)
+            with open(temp, "wb") as handle:
+                np.save(handle, array, allow_pickle=False)
+            return
+        array = np.lib.format.open_memmap(temp, mode="w+", dtype=dtype, shape=shape)
+        reserve_disk_space(temp, named)
+        fill(array)
+        array.flush()
+        del array

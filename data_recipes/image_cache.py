@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +27,7 @@ import pandas as pd
 from PIL import Image
 from tqdm import tqdm
 
-from common.files import atomic_path, reserve_disk_space
+from common.files import write_npy_through_memmap
 from data_recipes.validate import (
     DEFAULT_MAX_PIXELS,
     ImageRejected,
@@ -119,25 +119,6 @@ def _decode_all(paths: Sequence[str], image_size: int, max_pixels: int, workers:
             yield from pool.map(lambda p: _decode_one(p, image_size, max_pixels), chunk)
 
 
-def _write_npy_atomically(
-    out_path: Path, shape: tuple[int, ...], fill: Callable[[np.ndarray], None], *, cache_path: Path
-) -> None:
-    """Create a uint8 .npy of ``shape`` (:func:`common.files.atomic_path`: readers see no cache or a complete
-    one, never a half-written file), ``fill`` it through a memory map, then publish it. ``cache_path`` is
-    the cache this file is a step towards (what a full-disk error names)."""
-    with atomic_path(out_path) as temp:
-        if shape[0] == 0:
-            # A zero-length memmap cannot be mapped; an empty array has nothing to stream anyway.
-            with open(temp, "wb") as handle:
-                np.save(handle, np.zeros(shape, dtype=np.uint8), allow_pickle=False)
-            return
-        array = np.lib.format.open_memmap(temp, mode="w+", dtype=np.uint8, shape=shape)
-        reserve_disk_space(temp, cache_path)
-        fill(array)
-        array.flush()
-        del array
-
-
 def build_image_cache(
     manifest: pd.DataFrame,
     image_size: int,
@@ -202,7 +183,7 @@ def build_image_cache(
             hash_of_path[path] = result.content_hash
 
     try:
-        _write_npy_atomically(per_image_path, shape, fill_per_image, cache_path=out_path)
+        write_npy_through_memmap(per_image_path, shape, np.uint8, fill_per_image, named=out_path)
         placeholders = (
             {}
             if placeholder_min_paths is None
@@ -220,9 +201,8 @@ def build_image_cache(
                 for start in range(0, len(kept_rows), _COPY_ROWS):
                     array[start : start + _COPY_ROWS] = per_image[kept_rows[start : start + _COPY_ROWS]]
 
-            _write_npy_atomically(
-                out_path, (len(kept_rows), image_size, image_size, 3), fill_final, cache_path=out_path
-            )
+            final_shape = (len(kept_rows), image_size, image_size, 3)
+            write_npy_through_memmap(out_path, final_shape, np.uint8, fill_final, named=out_path)
             del per_image
     finally:
         if per_image_path.exists():

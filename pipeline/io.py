@@ -287,9 +287,8 @@ def save_array_blocks(path: Path, rows: int, blocks: Iterable[np.ndarray]) -> tu
     if first is None:
         raise ValueError(f"no rows to write to {path.name}")
     shape = (rows, *first.shape[1:])
-    with _naming_disk_full(path), atomic_path(path) as tmp:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=first.dtype, shape=shape)
-        files.reserve_disk_space(tmp, path)
+
+    def fill(out: np.ndarray) -> None:
         written = 0
         for block in itertools.chain([first], blocks):
             if written + len(block) > rows:
@@ -298,8 +297,9 @@ def save_array_blocks(path: Path, rows: int, blocks: Iterable[np.ndarray]) -> tu
             written += len(block)
         if written != rows:
             raise ValueError(f"{path.name}: {written:,} rows written, {rows:,} expected")
-        out.flush()
-        del out
+
+    with _naming_disk_full(path):
+        files.write_npy_through_memmap(path, shape, first.dtype, fill, named=path)
     return shape, first.dtype
 
 
