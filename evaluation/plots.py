@@ -16,6 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
+from evaluation.labels import point_label
+
 DPI = 100
 #: score-distribution panels per row, so many methods wrap instead of shrinking
 PANELS_PER_ROW = 3
@@ -190,34 +192,59 @@ def plot_preservation_against_k(
 
 
 def plot_tuning_sensitivity(selections: Mapping[str, Mapping], path: Path) -> Path:
-    """Validation rsum of every tuning trial against its setting, one line per tuned variant, the chosen trial
-    ringed: whether a method's advantage lives at one setting only. ``selections`` maps a variant to its
-    ``selection.json``. A space over one numeric setting puts that setting on the x axis (logarithmic for a
-    learning rate); any other space numbers its trials."""
+    """Every tuning trial's validation score, one panel per tuned variant: an open marker at its first rung
+    (mean over trial seeds), a filled one when it finished, a line across its trial seeds' finished scores,
+    the chosen trial ringed — how far apart the settings are, against the seeds' spread. ``selections`` maps
+    a variant to its ``selection.json``."""
     if not selections:
         raise ValueError("plot_tuning_sensitivity needs at least one variant's selection")
-    figure = Figure(figsize=(6.4, 4.0))
-    axes = figure.subplots()
-    paths = {path for selection in selections.values() for path in selection["space"]}
-    one_setting = len(paths) == 1
-    for selection in selections.values():
+    n = len(selections)
+    figure = Figure(figsize=(6.4, 1.2 + 0.45 * sum(len(s["trials"]) for s in selections.values())))
+    heights = [len(s["trials"]) for s in selections.values()]
+    panels = figure.subplots(n, 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    for axes, selection in zip(panels, selections.values(), strict=True):
         trials = selection["trials"]
-        if one_setting:
-            target, name = next(iter(paths)).split(".")
-            xs = [float(trial["settings"][target][name]) for trial in trials]
-        else:
-            xs = list(range(1, len(trials) + 1))
-        order = np.argsort(xs, kind="stable")
-        ys = [trial["val_rsum"] for trial in trials]
-        line = axes.plot(np.asarray(xs)[order], np.asarray(ys)[order], marker="o", label=selection["label"])[0]
-        chosen = selection["chosen"]
-        axes.scatter([xs[chosen]], [ys[chosen]], s=160, facecolors="none", edgecolors=line.get_color(), linewidths=2)
-    label = next(iter(paths)) if one_setting else "trial"
-    if one_setting and "learning_rate" in label:
-        axes.set_xscale("log")
-    axes.set_xlabel(label)
-    axes.set_ylabel("validation rsum (R@1+R@5+R@10, both directions)")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize="small")
+        ys = np.arange(len(trials))
+        for y, trial in zip(ys, trials, strict=True):
+            if trial["rungs"]:
+                axes.scatter([trial["rungs"][0]["mean"]], [y], marker="o", facecolors="none", edgecolors="C0")
+            if "score" in trial:
+                seeds = [record["score"] for record in trial["seeds"].values()]
+                axes.plot([min(seeds), max(seeds)], [y, y], color="C1", linewidth=1.5)
+                axes.scatter([trial["score"]], [y], marker="o", color="C1")
+        chosen = trials[selection["chosen"]]
+        axes.scatter([chosen["score"]], [selection["chosen"]], s=180, facecolors="none", edgecolors="k", linewidths=1.5)
+        axes.set_yticks(ys, [point_label(trial["point"]) for trial in trials], fontsize="x-small")
+        axes.invert_yaxis()
+        axes.set_title(selection["label"], fontsize="small", loc="left")
+        axes.grid(alpha=0.3, axis="x")
+    panels[-1].set_xlabel(f"validation {next(iter(selections.values()))['metric']['label']}")
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+def plot_tradeoff(result: Mapping, path: Path) -> Path:
+    """The within-modality trade-off (``pipeline.tasks.tradeoff``): each headline metric's mean over seeds
+    against the weight scale, n-way R@1 on the left, neighbor preservation on the right; the bars are each
+    point's 95% interval of its difference from scale 0 (paired), drawn around the point."""
+    rows = result["rows"]
+    scales = np.array([row["scale"] for row in rows])
+    keys = list(rows[0]["metrics"])
+    figure = Figure(figsize=(9.0, 3.6))
+    panels = figure.subplots(1, 2)
+    for key in keys:
+        axes = panels[1] if key.startswith("preservation") else panels[0]
+        metric = [row["metrics"][key] for row in rows]
+        means = np.array([m["method_mean"] for m in metric])
+        below = np.array([0.0 if s == 0 else m["difference"] - m["ci_low"] for s, m in zip(scales, metric, strict=True)])
+        above = np.array([0.0 if s == 0 else m["ci_high"] - m["difference"] for s, m in zip(scales, metric, strict=True)])
+        axes.errorbar(scales, means, yerr=[below, above], marker="o", capsize=3, label=metric[0]["metric"])
+    panels[0].set_ylabel("n-way R@1 (test)")
+    panels[1].set_ylabel("neighbor preservation (test)")
+    for axes in panels:
+        axes.set_xlabel("within-modality weight scale (1 = the paper's α, β)")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize="small")
+    figure.suptitle(result["label"], fontsize="small")
     figure.tight_layout()
     return _save(figure, path)

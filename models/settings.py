@@ -6,10 +6,19 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 AMP_MODES = ("auto", "off", "bf16", "fp16")
-#: what early stopping and the best checkpoint follow, and whether higher is better: the validation rsum
-#: (R@1 + R@5 + R@10 of both directions, full ranking; VSE++'s and PVSE's criterion, comparable across loss
-#: families) or the validation loss (the paper's §3.3; not comparable across loss families)
-SELECTION_METRICS = {"val_rsum": "max", "val_loss": "min"}
+#: what early stopping and the best checkpoint follow, and whether higher is better: a retrieval metric of
+#: the validation split (evaluation/selection_metrics.py: the expected n-way R@1, the bulk of the ranking that
+#: non-literal data is judged by; AUC; MRR; median rank; the rsum R@1 + R@5 + R@10 of both directions, VSE++'s
+#: and PVSE's criterion on literal data) or the validation loss (the paper's §3.3; not comparable across
+#: loss families)
+SELECTION_METRICS = {
+    "val_nway_r1": "max",
+    "val_auc": "max",
+    "val_mrr": "max",
+    "val_medr": "min",
+    "val_rsum": "max",
+    "val_loss": "min",
+}
 
 
 @dataclass(frozen=True)
@@ -41,10 +50,12 @@ class TrainSettings:
     #: stop when the selection metric has not improved for this many epochs (None: run every epoch)
     early_stopping_patience: int | None = None
     #: what early stopping and ``model_best.pt`` follow (:data:`SELECTION_METRICS`); the plateau LR decay
-    #: always follows the validation loss (§3.3). Every profile selects by ``val_rsum``
+    #: always follows the validation loss (§3.3). docs/protocols.md says which metric each profile uses, and why
     selection: str = "val_loss"
-    #: the validation rsum ranks at most this many validation pairs (a fixed sample of whole groups above it)
+    #: the validation metrics rank at most this many validation pairs (a fixed sample of whole groups above it)
     selection_max_pairs: int = 5000
+    #: n of the expected n-way R@1 (``selection="val_nway_r1"``): the n-way task the report scores on test
+    selection_n_way: int = 5
     #: mixed precision on CUDA: "auto" is bf16 where the GPU supports it, else fp16 with a GradScaler; "off"
     #: trains in fp32. Never used on CPU (runs there stay exactly fp32), but part of the output hash: it
     #: changes the numbers a GPU run produces
@@ -77,6 +88,8 @@ class TrainSettings:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
         if self.selection not in SELECTION_METRICS:
             raise ValueError(f"selection must be one of {sorted(SELECTION_METRICS)}, got {self.selection!r}")
+        if self.selection_n_way < 2:
+            raise ValueError(f"selection_n_way must be >= 2, got {self.selection_n_way}")
         if self.log_every_steps < 1:
             raise ValueError(f"log_every_steps must be >= 1, got {self.log_every_steps}")
         if self.nproc_per_node < 1 or self.nnodes < 1:

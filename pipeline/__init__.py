@@ -8,7 +8,9 @@ from pipeline.tasks.report import Report
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec, TrainWordVectors, TrunkFeatures
 from pipeline.tasks.run import FullRun
 from pipeline.tasks.search_index import SearchIndex
+from pipeline.tasks.tradeoff import WithinModalityTradeoff
 from pipeline.tasks.training import Train
+from pipeline.tasks.tuning import Tune, TunedRuns
 
 install_one_line_input_errors()
 
@@ -27,4 +29,7 @@ __all__ = [
     "TrainDoc2Vec",
     "TrainWordVectors",
     "TrunkFeatures",
+    "Tune",
+    "TunedRuns",
+    "WithinModalityTradeoff",
 ]

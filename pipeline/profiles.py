@@ -72,8 +72,9 @@ PROTOCOLS = ("shared", "tuned", "both")
 @dataclass(frozen=True)
 class TuningSettings:
     """The tuned protocol (``Tune``): every variant with a search space (``pipeline/variants.py``) gets the
-    same number of trials, each a Train on the validation split's rsum, and the best trial's settings are
-    then trained with the report's seeds and evaluated on test.
+    same number of trials, each trained with every trial seed and scored by the profile's selection metric
+    on the validation split; successive halving stops the weaker trials early; the best trial's settings
+    are then trained with the report's seeds and evaluated on test (docs/protocols.md).
 
     ``protocol``: what FullRun runs by default — ``shared`` (every variant at the profile's settings),
     ``tuned`` (the variants with a search space at their own selected settings) or ``both``.
@@ -84,15 +85,36 @@ class TuningSettings:
     budget: int = 3
     #: draws ``budget`` points from a search space larger than it
     draw_seed: int = 0
-    #: the training seed of the trials (the first report seed, so a trial at the shared settings is the
-    #: shared protocol's own run of that seed and is trained once)
-    trial_seed: int = 0
+    #: each trial is trained with every one of these seeds and scored by their mean: one seed's score moves
+    #: by about as much as the settings differ (docs/protocols.md). The first ones are the report's first
+    #: seeds, so a trial at the chosen (or the shared) settings is that run, trained once
+    trial_seeds: tuple[int, ...] = (0, 1)
+    #: successive halving (ASHA-style, synchronous): every trial first trains this many epochs, then the
+    #: best ``1 / reduction_factor`` of them (at least two) continue from their checkpoints to the next rung,
+    #: and after the last rung to the end; empty: every trial trains to the end
+    rung_epochs: tuple[int, ...] = ()
+    reduction_factor: int = 3
+    #: a tuned run (a finished trial or a report seed) whose best epoch is its last allowed one is continued
+    #: from its checkpoint to this many epochs (None: twice the profile's epoch cap), the same for every method
+    extended_epochs: int | None = None
+    #: paired bootstrap of the chosen trial against the runner-up (validation pairs and trial seeds)
+    bootstrap_resamples: int = 2000
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         if self.budget < 1:
             raise ValueError(f"the tuning budget must be at least 1 trial, got {self.budget}")
+        if not self.trial_seeds or len(set(self.trial_seeds)) != len(self.trial_seeds):
+            raise ValueError(f"trial_seeds must be distinct and at least one, got {self.trial_seeds}")
+        if list(self.rung_epochs) != sorted(set(self.rung_epochs)) or any(e < 1 for e in self.rung_epochs):
+            raise ValueError(f"rung_epochs must be increasing positive epoch counts, got {self.rung_epochs}")
+        if self.reduction_factor < 2:
+            raise ValueError(f"reduction_factor must be >= 2, got {self.reduction_factor}")
+
+    def extended_cap(self, epochs: int) -> int:
+        """The second cap of a run whose first cap is ``epochs``."""
+        return 2 * epochs if self.extended_epochs is None else self.extended_epochs
 
 
 @dataclass(frozen=True)
@@ -128,9 +150,12 @@ class Profile:
         return asdict(value) if hasattr(value, "__dataclass_fields__") else value
 
 
-#: every profile selects checkpoints (and stops early) by the validation rsum, the field's criterion (VSE++,
-#: PVSE): a loss value is not comparable across loss families, and is not the metric the report compares
+#: the paper profile selects checkpoints (and stops early) by the validation rsum, the field's criterion on
+#: literal data (VSE++, PVSE): a loss value is not comparable across loss families
 SELECT_BY_RSUM = {"selection": "val_rsum"}
+#: the CPU profiles' non-literal data select by the expected 5-way R@1 of the validation split: the rsum sits at
+#: its floor there and cannot tell settings apart (docs/protocols.md, benchmarks/results/selection_metric_study.md)
+SELECT_BY_N_WAY = {"selection": "val_nway_r1", "selection_n_way": 5}
 
 PAPER = Profile(
     name="paper",
@@ -184,11 +209,12 @@ DEMO = Profile(
         early_stopping_patience=3,
         lr_patience=2,
         learning_rate=1e-3,
-        **SELECT_BY_RSUM,
+        **SELECT_BY_N_WAY,
     ),
     seeds_by_variant=HEADLINE_SEEDS,
-    # both protocols for the variants with a search space (the headline's four), the shared one for the rest
-    tuning=TuningSettings(protocol="both", budget=3),
+    # both protocols for the variants with a search space (the headline's four), the shared one for the rest;
+    # six trials per variant, two seeds each, the best third (two) continuing after 3 epochs
+    tuning=TuningSettings(protocol="both", budget=6, trial_seeds=(0, 1), rung_epochs=(3,), reduction_factor=3),
 )
 
 SMOKE = Profile(
@@ -214,8 +240,9 @@ SMOKE = Profile(
     ),
     eval=EvalSettings(n_way=5, redraws=2, preservation_k=20, preservation_ks=(5, 10, 20), topic_k=5),
     seeds_by_variant={"ang_np_sym": (0, 1), "ours": (0, 1)},
-    # the whole tuned path, at two trials per variant (drawn from the three-point grid with the draw seed)
-    tuning=TuningSettings(protocol="both", budget=2),
+    # the whole tuned path at toy size: three trials per variant drawn from its space, two seeds each, the
+    # best two continuing after one epoch; every smoke run ends at its cap, so each is continued to 4 epochs
+    tuning=TuningSettings(protocol="both", budget=3, trial_seeds=(0, 1), rung_epochs=(1,), reduction_factor=3),
 )
 
 __all__ = ["TrainSettings", "Profile", "PROFILES", "get_profile"]

@@ -55,48 +55,84 @@ class LossSpec:
     def build(self) -> Loss:
         return build_loss(self.name, **self.params)
 
+    def resolved_params(self) -> dict[str, Any]:
+        """Every constructor parameter with its value: the given ones, the constructor's defaults for the
+        rest (so a loss spelled with or without a default value is one loss, with one output hash)."""
+        defaults = {
+            name: parameter.default
+            for name, parameter in inspect.signature(LOSSES[self.name]).parameters.items()
+            if parameter.default is not inspect.Parameter.empty
+        }
+        return {**defaults, **self.params}
+
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "params": dict(self.params)}
+        return {"name": self.name, "params": self.resolved_params()}
+
+
+#: joins the paths of one knob that sets several parameters to the same value (e.g. one angle for both the
+#: cross-modal and the within-modality angular terms of Ours)
+TIED = "+"
 
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """Candidate values per setting, by the path ``--variant-overrides`` reaches it by: ``train.<setting>``
-    or ``<loss name>.<parameter>``. Its points are the grid of every combination, in path order."""
+    """Candidate values per knob. A knob is a path ``--variant-overrides`` reaches a setting by
+    (``train.<setting>`` or ``<loss name>.<parameter>``), or several joined by ``+`` that take the same value
+    (``angular.alpha_degrees+within_modality.alpha_degrees``). Its points are the grid of every combination,
+    in knob order."""
 
     values: Mapping[str, tuple[Any, ...]]
 
     def __post_init__(self) -> None:
-        bad = [path for path, candidates in self.values.items() if path.count(".") != 1 or not candidates]
+        bad = [
+            knob
+            for knob, candidates in self.values.items()
+            if not candidates or any(path.count(".") != 1 for path in knob.split(TIED))
+        ]
         if bad:
-            raise VariantError(f"search space paths must be '<train or loss>.<name>' with candidates, got {bad}")
+            raise VariantError(
+                f"search space knobs must be '<train or loss>.<name>' (several joined by '{TIED}') with "
+                f"candidates, got {bad}"
+            )
+
+    def paths(self) -> list[str]:
+        """Every setting path the space changes."""
+        return [path for knob in self.values for path in knob.split(TIED)]
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every combination as a flat ``{knob: value}`` (what a report shows)."""
+        knobs = sorted(self.values)
+        return [dict(zip(knobs, combination, strict=True)) for combination in itertools.product(*(self.values[k] for k in knobs))]
+
+    @staticmethod
+    def overrides(point: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """A flat ``{knob: value}`` as ``--variant-overrides`` changes (``{"train": {"learning_rate": 0.001}}``)."""
+        changes: dict[str, dict[str, Any]] = {}
+        for knob, value in point.items():
+            for path in knob.split(TIED):
+                target, name = path.split(".")
+                changes.setdefault(target, {})[name] = value
+        return changes
 
     def points(self) -> list[dict[str, dict[str, Any]]]:
-        """Every combination as ``--variant-overrides`` changes (``{"train": {"learning_rate": 0.001}}``)."""
-        paths = sorted(self.values)
-        points = []
-        for combination in itertools.product(*(self.values[path] for path in paths)):
-            point: dict[str, dict[str, Any]] = {}
-            for path, value in zip(paths, combination, strict=True):
-                target, name = path.split(".")
-                point.setdefault(target, {})[name] = value
-            points.append(point)
-        return points
+        """Every combination as ``--variant-overrides`` changes."""
+        return [self.overrides(point) for point in self.grid()]
 
-    def trials(self, budget: int, seed: int) -> list[dict[str, dict[str, Any]]]:
-        """``budget`` points: all of them when the grid has exactly that many, else ``budget`` drawn without
-        replacement with ``seed`` (kept in grid order). A budget above the grid's size is refused, so every
-        variant of a comparison gets exactly ``budget`` trials."""
-        points = self.points()
-        if budget > len(points):
+    def trials(self, budget: int, seed: int) -> list[dict[str, Any]]:
+        """``budget`` flat points: all of them when the grid has exactly that many, else ``budget`` drawn
+        without replacement with ``seed`` (kept in grid order): a larger space is sampled, never given more
+        trials. A budget above the grid's size is refused, so every variant of a comparison gets exactly
+        ``budget`` trials."""
+        grid = self.grid()
+        if budget > len(grid):
             raise VariantError(
-                f"a tuning budget of {budget} trials exceeds this search space's {len(points)} points "
+                f"a tuning budget of {budget} trials exceeds this search space's {len(grid)} points "
                 f"({dict(self.values)}): lower the budget for every variant, or widen this space"
             )
-        if budget == len(points):
-            return points
-        drawn = np.sort(np.random.default_rng(seed).choice(len(points), size=budget, replace=False))
-        return [points[i] for i in drawn]
+        if budget == len(grid):
+            return grid
+        drawn = np.sort(np.random.default_rng(seed).choice(len(grid), size=budget, replace=False))
+        return [grid[i] for i in drawn]
 
 
 @dataclass(frozen=True)
@@ -128,7 +164,7 @@ class Variant:
         check_names("training setting(s)", self.train, TRAIN_SETTINGS)
         if self.search_space is not None:
             unsearched = replace(self, search_space=None)
-            for path in self.search_space.values:
+            for path in self.search_space.paths():
                 target, name = path.split(".")
                 unsearched.with_overrides({target: {name: None}})  # the same checks as an override of it
 

@@ -161,10 +161,10 @@ def test_recipe_fixture_trains_in_smoke_full_run(recipe, recipe_runs):
     assert sorted(train.variant for train in shared) == sorted(planned)
     if recipe == TUNED_RECIPE:  # the tuned protocol on a user's own table: its trials and its report seeds
         payload = report_json["protocols"]
-        assert set(payload["headlines"]) == {"shared", "tuned"} and len(payload["selections"]["ours"]["trials"]) == 2
+        assert set(payload["headlines"]) == {"shared", "tuned"} and len(payload["selections"]["ours"]["trials"]) == SMOKE.tuning.budget
     else:
         assert len(shared) == len(run.trained)
-    for train in run.trained:
+    for train in shared:
         history = read_history(train)
         assert [row["epoch"] for row in history] == [1.0, 2.0]  # the smoke profile's 2 epochs
         loss_columns = [column for column in history[0] if column.endswith("loss")]

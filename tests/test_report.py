@@ -254,10 +254,11 @@ def test_table_1_and_3_show_mean_and_std_over_seeds(report):
 
 def test_report_opens_with_the_headline_comparison(report):
     doc, payload, _ = report
-    # the title paragraph, then the headline before any table
-    assert doc.blocks[0][0] == "p" and doc.blocks[1] == ("h2", "Headline — Ours vs Ang+NP+Sym under each protocol")
+    # the title paragraph, whether the models learned, then the headline before any table
+    assert doc.blocks[0][0] == "p" and doc.blocks[1] == ("h2", "Did the models learn?")
     md = doc.to_markdown()
-    assert md.index("## Headline") < md.index("## Table 1")
+    assert md.index("## Did the models learn?") < md.index("## Headline") < md.index("## Table 1")
+    assert "## Headline — Ours vs Ang+NP+Sym under each protocol" in md
     headline = section(md, "Headline details — Ours vs Ang+NP+Sym (shared protocol)")
     result = payload["headline"]
     assert result["available"] and result["method"] == "ours" and result["baseline"] == "ang_np_sym"
@@ -364,12 +365,12 @@ def test_headline_says_in_one_line_when_a_variant_did_not_run():
     doc, payload = build_report(
         ReportInputs("t", [make_run("ours", "Ours", 0, 0.6, 0.3, 0.2)]), output_dir=None
     )
-    assert doc.blocks[1] == ("h2", "Headline — Ours vs ang_np_sym under each protocol")
-    assert doc.blocks[2] == (
+    at = doc.blocks.index(("h2", "Headline — Ours vs ang_np_sym under each protocol"))
+    assert doc.blocks[at + 1] == (
         "p",
         "Not available: `ang_np_sym` did not run, so `ours` − `ang_np_sym` cannot be computed.",
     )
-    assert doc.blocks[3][0] == "h2"
+    assert doc.blocks[at + 2][0] == "h2"
     assert payload["headline"]["available"] is False and payload["headline"]["missing"] == ["ang_np_sym"]
 
 
@@ -378,7 +379,7 @@ def test_headline_compares_the_variants_the_inputs_name():
         "t", report_runs(), method="ours_minus_text", baseline="ours", bootstrap_resamples=500
     )
     doc, payload = build_report(inputs, output_dir=None)
-    assert doc.blocks[1] == ("h2", "Headline — Ours − L_text vs Ours under each protocol")
+    assert ("h2", "Headline — Ours − L_text vs Ours under each protocol") in doc.blocks
     assert payload["headline"]["n_resamples"] == 500
     assert set(payload["significance"]) == {"ang_np_sym", "ours_minus_text"}
     assert "Paired bootstrap against Ours" in doc.to_markdown()

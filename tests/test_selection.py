@@ -1,5 +1,5 @@
-"""Checkpoint selection and early stopping by the validation rsum (the field's criterion) or by the
-validation loss, against hand-worked examples."""
+"""Checkpoint selection and early stopping by a validation retrieval metric (expected n-way R@1, AUC, MRR,
+median rank, rsum) or by the validation loss, against hand-worked examples and loop references."""
 
 from __future__ import annotations
 
@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 import torch
 
+from evaluation.retrieval import n_way_recall_at_1
+from evaluation.selection_metrics import (
+    QueryRanks,
+    both_directions,
+    candidate_metrics,
+    expected_n_way_hits,
+    other_group_ranks,
+)
 from models.training import BEST_CHECKPOINT, Trainer, TrainResult
-from pipeline.steps.selection import sample_whole_groups, validation_rsum
+from pipeline.steps.selection import ValidationScorer, load_ranks, sample_whole_groups, save_ranks
 from tests.test_training import SETTINGS, ours_losses, tiny_data, tiny_model, tiny_trainer
 
 
@@ -38,11 +46,75 @@ def test_validation_rsum_of_three_pairs_by_hand():
     # t2i the same by symmetry: R@1 = 1/3, R@5 = R@10 = 1 both ways -> rsum = 2 * 100 * (1/3 + 1 + 1)
     image = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
     text = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])
-    score, described = validation_rsum(np.arange(3), np.arange(3), np.array(["a", "b", "c"]), max_pairs=10)
-    scores = score(image, text)
+    scorer = ValidationScorer(np.arange(3), np.arange(3), np.array(["a", "b", "c"]), max_pairs=10, n_way=2)
+    scores = scorer(image, text)
     assert scores["val_rsum"] == pytest.approx(2 * 100 * (1 / 3 + 1 + 1))
     assert scores["val_i2t_r@1"] == pytest.approx(1 / 3) and scores["val_t2i_r@5"] == 1.0
+    described = scorer.describe("val_rsum")
     assert described["pairs_ranked"] == 3 and not described["sampled"]
+    # the same ranking by hand for the bulk metrics: per direction, above = (0, 1, 1) of eligible 2 each
+    assert scores["val_nway_r1"] == pytest.approx(np.mean([1.0, 0.5, 0.5]))  # 2-way: 1 - above / 2
+    assert scores["val_auc"] == pytest.approx(np.mean([1.0, 0.5, 0.5]))
+    assert scores["val_mrr"] == pytest.approx(np.mean([1.0, 0.5, 0.5]))
+    assert scores["val_medr"] == 2.0
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def test_expected_n_way_r1_by_hand():
+    """A query whose positive has 2 of 5 other-group items above it wins a 3-way draw (2 distractors of 5)
+    when both distractors come from the 3 below: C(3, 2) / C(5, 2) = 3 / 10; a query with 4 above cannot."""
+    ranks = QueryRanks(above=np.array([0, 2, 4]), eligible=np.array([5, 5, 5]))
+    assert expected_n_way_hits(ranks, 3) == pytest.approx([1.0, 0.3, 0.0])
+    assert expected_n_way_hits(ranks, 2) == pytest.approx([1.0, 0.6, 0.2])
+    with pytest.raises(ValueError, match="needs 6 items of other groups"):
+        expected_n_way_hits(ranks, 7)
+
+
+def test_expected_n_way_r1_is_the_mean_of_n_way_r1_over_many_distractor_draws():
+    """The exact expectation against evaluation.retrieval's n-way R@1 averaged over 4,000 random draws (the
+    metric the report gives on test), with groups of two pairs excluded from the distractors."""
+    rng = np.random.default_rng(3)
+    image, text = rng.normal(size=(40, 8)), rng.normal(size=(40, 8))
+    text[:20] += 0.8 * image[:20]  # some signal
+    image, text = unit(image), unit(text)
+    groups = np.repeat(np.arange(20), 2)
+    ranks = both_directions(image, text, groups)
+    expected = {d: expected_n_way_hits(ranks[d], 5).mean() for d in ranks}
+    drawn = n_way_recall_at_1(image, text, n_way=5, seed=0, redraws=4000, group_ids=groups)
+    for direction in ("i2t", "t2i"):
+        assert drawn[direction] == pytest.approx(expected[direction], abs=0.01)
+    assert candidate_metrics(5)["val_nway_r1"].value(ranks) == pytest.approx(np.mean(list(expected.values())))
+
+
+def test_other_group_ranks_against_a_loop_with_ties_counted_against_the_positive():
+    rng = np.random.default_rng(0)
+    unit_i = unit(np.round(rng.normal(size=(30, 4)), 0) + 0.01)  # rounded: scores tie
+    unit_t = unit(np.round(rng.normal(size=(30, 4)), 0) + 0.01)
+    unit_t[5] = unit_t[6]  # another group's text ties pair 5's positive
+    groups = np.repeat(np.arange(10), 3)
+    ranks = other_group_ranks(unit_i, unit_t, groups)
+    for i in range(30):
+        others = [j for j in range(30) if groups[j] != groups[i]]
+        positive = unit_i[i] @ unit_t[i]
+        assert ranks.above[i] == sum(unit_i[i] @ unit_t[j] >= positive for j in others)
+        assert ranks.eligible[i] == 27
+
+
+def test_every_candidate_has_per_query_values_that_average_to_it_except_the_median(tmp_path):
+    rng = np.random.default_rng(1)
+    ranks = both_directions(unit(rng.normal(size=(25, 6))), unit(rng.normal(size=(25, 6))))
+    for metric in candidate_metrics(5).values():
+        if metric.per_query is None:
+            assert metric.name == "val_medr"
+            continue
+        assert metric.per_query(ranks).shape == (25,)
+        assert metric.per_query(ranks).mean() == pytest.approx(metric.value(ranks))
+    save_ranks(tmp_path / "ranks.npz", ranks)
+    loaded = load_ranks(tmp_path / "ranks.npz")
+    assert all(np.array_equal(loaded[d].above, ranks[d].above) for d in ranks)
 
 
 def test_a_large_validation_split_is_ranked_on_a_fixed_sample_of_whole_groups():

@@ -203,10 +203,12 @@ def test_a_search_space_names_real_settings_and_its_trials_honour_one_budget():
     replace(VARIANTS["ours"], search_space=space)  # both paths exist for Ours
     assert len(space.points()) == 6 and space.points()[0] == {"angular": {"alpha_degrees": 30.0}, "train": {"learning_rate": 3e-4}}
     drawn = space.trials(3, seed=0)
-    assert len(drawn) == 3 and drawn == space.trials(3, seed=0) and all(p in space.points() for p in drawn)
-    assert VARIANTS["ours"].search_space.trials(3, seed=0) == VARIANTS["ours"].search_space.points()
-    with pytest.raises(VariantError, match="exceeds this search space's 3 points"):
-        VARIANTS["ours"].search_space.trials(4, seed=0)
+    assert len(drawn) == 3 and drawn == space.trials(3, seed=0) and all(p in space.grid() for p in drawn)
+    assert space.trials(6, seed=0) == space.grid()
+    with pytest.raises(VariantError, match="exceeds this search space's 6 points"):
+        space.trials(7, seed=0)
+    with pytest.raises(VariantError, match="several joined by"):
+        SearchSpace({"angular.alpha_degrees+within_modality": (30.0,)})
 
 
 def test_variant_train_overrides_reach_the_train_settings():

@@ -16,6 +16,7 @@ from evaluation.report.calibration import calibration_section
 from evaluation.report.cocos_table import cocos_section
 from evaluation.report.full_ranking import full_ranking_section
 from evaluation.report.inputs import FIGURES_DIR, ReportInputs
+from evaluation.report.learned import against_chance, learned_section
 from evaluation.report.metadata import run_intro, run_metadata_section, training_and_data_section
 from evaluation.report.preservation import (
     preservation_against_k_section,
@@ -49,6 +50,12 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
     comparisons = protocol_comparisons(inputs)
     doc = Document(inputs.title)
     run_intro(doc, inputs.run_info)
+    chance = {
+        protocol: against_chance(protocol_runs, inputs.bootstrap_resamples)
+        for protocol, protocol_runs in (("tuned", inputs.tuned_runs), ("shared", inputs.runs))
+        if protocol in inputs.protocols and protocol_runs
+    }
+    learned_section(doc, chance)
 
     tuning_figure = protocols_section(doc, inputs, comparisons, figure_dir)
     table_1_section(doc, summary, significance, inputs.baseline)
@@ -74,8 +81,9 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
     payload = {
         "title": inputs.title,
         "run": inputs.run_info,
-        # the shared protocol's Ours − Ang+NP+Sym (the tuned one's without it), as earlier releases had it
+        # Ours − Ang+NP+Sym under the tuned protocol (the one to read), the shared one's when only it ran
         "headline": next(iter(comparisons["headlines"].values())),
+        "chance": chance,
         "protocols": comparisons,
         "variants": summary,
         "significance": significance,

@@ -21,7 +21,7 @@ from evaluation.statistics import MDE_FACTOR, paired_bootstrap_items_and_seeds
 HEADLINE_BOOTSTRAP_SEED = 0
 
 
-def _per_item(values: np.ndarray) -> np.ndarray:
+def per_item(values: np.ndarray) -> np.ndarray:
     """One outcome per test item: n-way hits ``[redraws, n]`` averaged over the redraws (paired draws)."""
     array = np.asarray(values, dtype=np.float64)
     return array.mean(axis=0) if array.ndim == 2 else array
@@ -117,7 +117,7 @@ def headline_comparison(
 
 
 def _hits_outcome(direction: str) -> Callable[[VariantRun], np.ndarray]:
-    return lambda run: _per_item(run.hits[f"{direction}_hits"])
+    return lambda run: per_item(run.hits[f"{direction}_hits"])
 
 
 def _preservation_outcome(modality: str) -> Callable[[VariantRun], np.ndarray]:

@@ -14,19 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.document import Document
+from evaluation.labels import point_label
 from evaluation.plots import plot_tuning_sensitivity
 from evaluation.report.headline import headline_comparison, headline_section
 from evaluation.report.inputs import FIGURES_DIR, OURS_VARIANT, ReportInputs, VariantRun
 from evaluation.report.retrieval_tables import N_WAY_COLUMNS, n_way_rows
 
-#: the baselines a tuned comparison may call the strongest (by validation rsum), and the triplet pair
+#: the baselines a tuned comparison may call the strongest (by validation score at the chosen trial)
 BASELINE_CANDIDATES = ("ang_np_sym", "trip_np_sym")
 TRIPLET_PAIR = ("ours_trip", "trip_np_sym")
 SENSITIVITY_PNG = "tuning_sensitivity.png"
 FAIRNESS = (
-    "The tuned protocol is the fair comparison: every variant had the same budget of trials on the validation "
-    "split and is reported at its own best setting, so no method gains from a schedule chosen for another; "
-    "the shared protocol runs every variant at the profile's one setting (comparable with earlier releases)."
+    "Read the tuned protocol: every variant had the same budget of trials on the validation split, each "
+    "trial scored over several seeds by a metric that can tell the settings apart, and each method's own "
+    "knobs (its angle or margin, its within-modality weights) were searched; it is reported at its own best "
+    "setting, so no method gains from a schedule chosen for another. The shared protocol runs every variant "
+    "at the profile's one setting (comparable with earlier releases)."
 )
 SHARED_ONLY = (
     "Only the shared protocol ran: every variant at the profile's one setting, so a difference may be how well "
@@ -34,22 +37,24 @@ SHARED_ONLY = (
 )
 
 
+def chosen_score(selection: dict[str, Any]) -> float:
+    return selection["trials"][selection["chosen"]]["score"]
+
+
 def strongest_baseline(selections: dict[str, dict[str, Any]]) -> str | None:
-    """The tuned baseline with the highest validation rsum at its chosen trial (None: none was tuned)."""
-    scored = {
-        name: selection["trials"][selection["chosen"]]["val_rsum"]
-        for name, selection in selections.items()
-        if name in BASELINE_CANDIDATES
-    }
-    return max(scored, key=lambda name: (scored[name], -BASELINE_CANDIDATES.index(name))) if scored else None
+    """The tuned baseline with the best validation score at its chosen trial (None: none was tuned)."""
+    scored = {name: selection for name, selection in selections.items() if name in BASELINE_CANDIDATES}
+    if not scored:
+        return None
+    sign = {name: 1.0 if s["metric"]["higher_is_better"] else -1.0 for name, s in scored.items()}
+    return max(scored, key=lambda name: (sign[name] * chosen_score(scored[name]), -BASELINE_CANDIDATES.index(name)))
 
 
 def protocol_comparisons(inputs: ReportInputs) -> dict[str, Any]:
-    """Every comparison of the opening section (the report.json ``protocols`` entry)."""
+    """Every comparison of the opening section (the report.json ``protocols`` entry); the tuned headline
+    first when it ran (the one to read)."""
     result: dict[str, Any] = {"ran": list(inputs.protocols), "fair": "tuned" if "tuned" in inputs.protocols else "shared"}
     headlines = {}
-    if "shared" in inputs.protocols:
-        headlines["shared"] = _compare(inputs, inputs.runs, inputs.method, inputs.baseline)
     if "tuned" in inputs.protocols:
         headlines["tuned"] = _compare(inputs, inputs.tuned_runs, inputs.method, inputs.baseline)
         strongest = strongest_baseline(inputs.selections)
@@ -59,6 +64,8 @@ def protocol_comparisons(inputs: ReportInputs) -> dict[str, Any]:
             result["tuned_comparisons"]["ours_vs_strongest"] = _compare(inputs, inputs.tuned_runs, OURS_VARIANT, strongest)
         result["tuned_comparisons"]["ours_trip_vs_trip"] = _compare(inputs, inputs.tuned_runs, *TRIPLET_PAIR)
         result["selections"] = inputs.selections
+    if "shared" in inputs.protocols:
+        headlines["shared"] = _compare(inputs, inputs.runs, inputs.method, inputs.baseline)
     result["headlines"] = headlines
     result["capped_runs"] = capped_runs(inputs)
     return result
@@ -69,19 +76,29 @@ def _compare(inputs: ReportInputs, runs: list[VariantRun], method: str, baseline
 
 
 def capped_runs(inputs: ReportInputs) -> list[dict[str, Any]]:
-    """Every run (each protocol's report runs and every tuning trial) whose best epoch was its last allowed."""
+    """Every run whose best epoch was its last allowed one: the shared protocol's report runs (flagged, kept as
+    they are), and under the tuned protocol the report runs and finished trials still capped after their
+    continuation to the extended cap."""
     found = []
     for protocol, runs in (("shared", inputs.runs), ("tuned", inputs.tuned_runs)):
         for run in runs:
             best, cap = run.training.get("best_epoch"), run.training.get("max_epochs")
             if best is not None and cap is not None and best >= cap:
-                found.append({"protocol": protocol, "label": run.label, "seed": run.seed, "best_epoch": best})
+                found.append({"protocol": protocol, "label": run.label, "seed": run.seed, "best_epoch": best, "cap": cap})
     for selection in inputs.selections.values():
         for trial in selection["trials"]:
-            if trial["capped"]:
-                found.append(
-                    {"protocol": "tuning trial", "label": selection["label"], "settings": trial["settings"], "best_epoch": trial["best_epoch"]}
-                )
+            for seed, record in trial.get("seeds", {}).items():
+                if record["capped"]:
+                    found.append(
+                        {
+                            "protocol": "tuning trial",
+                            "label": selection["label"],
+                            "seed": int(seed),
+                            "settings": trial["point"],
+                            "best_epoch": record["best_epoch"],
+                            "cap": record["max_epochs"],
+                        }
+                    )
     return found
 
 
@@ -140,10 +157,50 @@ def _tuned_comparisons(doc: Document, comparisons: dict[str, Any]) -> None:
     )
     doc.paragraph(
         "Under the tuned protocol the paper's claim is tested against the strongest baseline by validation "
-        f"rsum ({which}), and Ours (Trip) against Trip+NP+Sym."
+        f"score ({which}), and Ours (Trip) against Trip+NP+Sym."
     )
     if rows:
         doc.table(["Comparison (tuned)", "Metric", "Δ [95% CI]"], rows)
+
+
+def _score(value: float | None, higher_is_better: bool) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.4f}" if higher_is_better or abs(value) < 10 else f"{value:.1f}"
+
+
+def _seed_scores(scores: dict[str, float], higher_is_better: bool) -> str:
+    return " / ".join(_score(value, higher_is_better) for value in scores.values())
+
+
+def _status(selection: dict[str, Any], index: int) -> str:
+    trial = selection["trials"][index]
+    if index == selection["chosen"]:
+        return "**chosen**"
+    if index == selection.get("runner_up"):
+        return "runner-up"
+    if trial.get("stopped_at_rung") is not None:
+        epochs = trial["rungs"][trial["stopped_at_rung"]]["epochs"]
+        return f"stopped at rung {trial['stopped_at_rung']} ({epochs} epoch{'s' if epochs != 1 else ''})"
+    return "finished"
+
+
+def choice_sentence(selection: dict[str, Any]) -> str:
+    """How the choice was made and how sure it is."""
+    chosen = point_label(selection["trials"][selection["chosen"]]["point"])
+    if selection.get("runner_up") is None:
+        return f"{selection['label']}: {chosen} (the only finished trial)."
+    runner = point_label(selection["trials"][selection["runner_up"]]["point"])
+    comparison = selection.get("comparison")
+    if comparison is None:
+        return f"{selection['label']}: {chosen} over {runner} (the metric has no per-pair values to compare them)."
+    interval = f"{comparison['difference']:+.4f} [{comparison['ci_low']:+.4f}, {comparison['ci_high']:+.4f}]"
+    if selection["tie"]:
+        return (
+            f"{selection['label']}: **a tie** between {chosen} and {runner} (Δ {interval} on validation, not "
+            "resolved); the tie rule kept the first, the higher mean."
+        )
+    return f"{selection['label']}: {chosen}, ahead of the runner-up {runner} by {interval} on validation (resolved)."
 
 
 def _tuning_section(doc: Document, selections: dict[str, dict[str, Any]], figure_dir: Path | None) -> dict[str, Any]:
@@ -152,28 +209,49 @@ def _tuning_section(doc: Document, selections: dict[str, dict[str, Any]], figure
     if any_selection is None:
         doc.paragraph("No variant was tuned.")
         return {}
+    halving = any_selection["halving"]
+    rungs = ", ".join(map(str, halving["rung_epochs"])) or "none (every trial trains to the end)"
     doc.paragraph(
-        f"Budget: {any_selection['budget']} trials per variant (the same for every variant), trained with seed "
-        f"{any_selection['trial_seed']}; rule: {any_selection['rule']}. Only the validation split is read."
+        f"Budget: {any_selection['budget']} trials per variant (the same for every variant; a space larger "
+        f"than the budget is sampled with draw seed {any_selection['draw_seed']}), each trained with seeds "
+        f"{', '.join(map(str, any_selection['trial_seeds']))} and scored by the mean of its seeds' "
+        f"{any_selection['metric']['label']} on the validation split. Successive halving: rungs at epochs "
+        f"{rungs}, reduction factor {halving['reduction_factor']} ({halving['rule']}). A finished run still "
+        f"improving at its cap continues from its checkpoint to {any_selection['extended_epochs']} epochs. "
+        f"Rule: {any_selection['rule']}; {any_selection['tie_rule']}. Only the validation split is read."
     )
-    rows = [
-        [
-            selection["label"],
-            _settings(trial["settings"]),
-            f"{trial['val_rsum']:.2f}",
-            f"{trial['best_epoch']}/{trial['epochs']} (cap {trial['max_epochs']})",
-            "chosen" if index == selection["chosen"] else "",
-        ]
-        for selection in selections.values()
-        for index, trial in enumerate(selection["trials"])
-    ]
-    doc.table(["Variant", "trial settings", "validation rsum", "best / run epochs", ""], rows)
+    doc.paragraph("Choices: " + " ".join(choice_sentence(selection) for selection in selections.values()))
+    higher = any_selection["metric"]["higher_is_better"]
+    rows = []
+    for selection in selections.values():
+        for index, trial in enumerate(selection["trials"]):
+            first = trial["rungs"][0] if trial["rungs"] else None
+            seeds = trial.get("seeds", {})
+            rows.append(
+                [
+                    selection["label"],
+                    point_label(trial["point"]),
+                    _seed_scores(first["scores"], higher) if first else "–",
+                    _seed_scores({s: r["score"] for s, r in seeds.items()}, higher) if seeds else "–",
+                    _score(trial.get("score"), higher),
+                    " / ".join(f"{r['best_epoch']}/{r['epochs']} (cap {r['max_epochs']})" for r in seeds.values()) or "–",
+                    _status(selection, index),
+                ]
+            )
+    epochs = halving["rung_epochs"][0] if halving["rung_epochs"] else None
+    first_rung = f"after {epochs} epoch{'s' if epochs != 1 else ''}, per seed" if epochs else "first rung"
+    doc.table(
+        ["Variant", "trial", first_rung, "finished, per seed", "mean", "best / run epochs", ""],
+        rows,
+        caption=f"{any_selection['metric']['label']} on the validation split.",
+    )
     if figure_dir is None:
         return {}
     plot_tuning_sensitivity(selections, Path(figure_dir) / SENSITIVITY_PNG)
     doc.image(
         f"{FIGURES_DIR}/{SENSITIVITY_PNG}",
-        "Validation rsum of every trial against its setting, one line per variant; the chosen trial ringed.",
+        "Every trial's validation score: open markers after the first rung, filled ones finished (the line "
+        "spans the trial seeds); the chosen trial ringed.",
     )
     return {"file": f"{FIGURES_DIR}/{SENSITIVITY_PNG}"}
 
@@ -181,15 +259,21 @@ def _tuning_section(doc: Document, selections: dict[str, dict[str, Any]], figure
 def _capped_section(doc: Document, capped: list[dict[str, Any]]) -> None:
     doc.heading("Runs stopped by the epoch cap")
     if not capped:
-        doc.paragraph("None: every run's best epoch came before its last allowed epoch.")
+        doc.paragraph(
+            "None: every run's best epoch came before its last allowed epoch (under the tuned protocol, after "
+            "continuing any capped run to the extended cap)."
+        )
         return
     doc.paragraph(
         f"{len(capped)} run(s) had their best epoch at the last allowed epoch — still improving when stopped, "
-        "so their numbers may understate the method:"
+        "so their numbers may understate the method (tuned runs: after their continuation to the extended cap):"
     )
     doc.table(
-        ["Protocol", "Method", "seed / settings", "best epoch"],
-        [[c["protocol"], c["label"], str(c.get("seed", c.get("settings"))), str(c["best_epoch"])] for c in capped],
+        ["Protocol", "Method", "seed", "settings", "best epoch / cap"],
+        [
+            [c["protocol"], c["label"], str(c["seed"]), point_label(c["settings"]) if "settings" in c else "", f"{c['best_epoch']}/{c['cap']}"]
+            for c in capped
+        ],
     )
 
 
@@ -199,12 +283,11 @@ def tuned_table_1_section(doc: Document, summary: dict[str, dict[str, Any]], sel
     doc.table(
         [*N_WAY_COLUMNS, "chosen setting"],
         [
-            [*row, _settings(selections[variant]["chosen_settings"]) if variant in selections else ""]
+            [*row, point_label(selections[variant]["chosen_point"]) if variant in selections else ""]
             for variant, row in zip(summary, n_way_rows(summary), strict=True)
         ],
         caption="Each tuned variant trained with the report's seeds at the trial it chose on validation data.",
     )
 
 
-def _settings(settings: dict[str, dict[str, Any]]) -> str:
-    return ", ".join(f"{target}.{name}={value}" for target, changes in settings.items() for name, value in changes.items())
+

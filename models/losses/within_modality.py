@@ -45,8 +45,10 @@ class WithinModality(Loss[NeighborPairs]):
 
     ``form="angular"`` uses the angular N-pair term (``angular_form`` smooth/hinge, ``alpha_degrees``) as
     in "Ours (Ang)"; ``form="triplet"`` the all-negatives triplet term (``margin``, ``distance``) as in
-    "Ours (Trip)". ``alpha``/``beta`` default to the paper's values for the form (``PAPER_WEIGHTS``).
-    Each term is the mean over the neighbor pairs.
+    "Ours (Trip)". ``alpha``/``beta`` default to the paper's values for the form (``PAPER_WEIGHTS``);
+    ``weight_scale`` multiplies both (one knob for how much the within-modality terms weigh against the
+    cross-modal loss: 0 trains on the same batches with the cross-modal loss alone, 1 is the paper's
+    weighting). Each term is the mean over the neighbor pairs.
     """
 
     needs = frozenset(NEIGHBOR_KEYWORDS)
@@ -56,6 +58,7 @@ class WithinModality(Loss[NeighborPairs]):
         form: str = "angular",
         alpha: float | None = None,
         beta: float | None = None,
+        weight_scale: float = 1.0,
         angular_form: str = "smooth",
         alpha_degrees: float = 45.0,
         margin: float = 0.2,
@@ -69,9 +72,12 @@ class WithinModality(Loss[NeighborPairs]):
             )
         check_choice("angular_form", angular_form, ANGULAR_FORMS)
         check_choice("distance", distance, DISTANCES)
+        if weight_scale < 0:
+            raise LossPreconditionError(f"weight_scale must be >= 0, got {weight_scale}")
         self.form = form
-        self.alpha = PAPER_WEIGHTS[form]["alpha"] if alpha is None else alpha
-        self.beta = PAPER_WEIGHTS[form]["beta"] if beta is None else beta
+        self.weight_scale = weight_scale
+        self.alpha = weight_scale * (PAPER_WEIGHTS[form]["alpha"] if alpha is None else alpha)
+        self.beta = weight_scale * (PAPER_WEIGHTS[form]["beta"] if beta is None else beta)
         self.angular_form = angular_form
         self.tan_sq = tan_squared(alpha_degrees)
         self.margin = margin

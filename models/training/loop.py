@@ -18,7 +18,7 @@ from models.loader import DeviceBatch, HostBatch
 from models.losses import Loss
 from models.losses.checks import value_checks
 from models.settings import TrainSettings
-from models.training.checkpoint import Checkpoints, TrainingState, non_finite
+from models.training.checkpoint import BEST_CHECKPOINT, Checkpoints, TrainingState, non_finite
 from models.training.data import PairData, StepPlan, plan_step
 from models.training.history import TensorBoardLog, TrainResult, write_history
 from models.training.setup import build_setup
@@ -123,6 +123,13 @@ class Trainer:
         if scored:
             scores.update(self.validation_score(result.image, result.text))
         return result, scores
+
+    def validate_best(self) -> tuple[ValidationPass, dict[str, float]]:
+        """:meth:`validate` of the best checkpoint (``model_best.pt``, loaded into the model): the validation
+        embeddings and scores a comparison of runs reads, the same pass that selected it."""
+        state = torch.load(self.work_dir / BEST_CHECKPOINT, map_location="cpu", weights_only=True)
+        self.model.load_state_dict(state["model"])
+        return self.validate()
 
     # ------------------------------------------------------------------ loop
     def _kept(self, epoch: int) -> str:

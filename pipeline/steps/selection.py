@@ -1,15 +1,17 @@
-"""The validation score checkpoints are selected by (``TrainSettings.selection = "val_rsum"``): the
-full-ranking rsum of the validation split, computed by the same code as the test split's
-(:func:`evaluation.protocol.full_ranking`), on at most ``max_pairs`` validation pairs."""
+"""The validation scores checkpoints are selected by (``TrainSettings.selection``): every candidate metric of
+:mod:`evaluation.selection_metrics` (expected n-way R@1, AUC, MRR, median rank) and the full-ranking rsum of
+the validation split, computed by the same code as the test split's (:func:`evaluation.protocol.full_ranking`),
+on at most ``max_pairs`` validation pairs. Every epoch's row of ``history.csv`` holds them all, so a run can
+be re-read under any of them; the one ``selection`` names decides the best checkpoint and early stopping."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from evaluation.protocol import EVAL_SEED, full_ranking, retrieval_layout
+from evaluation.selection_metrics import QueryRanks, both_directions, candidate_metrics
 
 
 def sample_whole_groups(group_ids: np.ndarray, max_pairs: int, seed: int = EVAL_SEED) -> np.ndarray:
@@ -24,27 +26,57 @@ def sample_whole_groups(group_ids: np.ndarray, max_pairs: int, seed: int = EVAL_
     return np.flatnonzero(np.isin(group_ids, groups[kept]))
 
 
-def validation_rsum(
-    group_ids: np.ndarray, image_ids: np.ndarray, texts: np.ndarray, max_pairs: int
-) -> tuple[Callable[[np.ndarray, np.ndarray], dict[str, float]], dict[str, Any]]:
-    """The scorer of validation embeddings (row-aligned with ``group_ids`` etc., the validation positions in
-    the trainer's order) and what it ranks, for the run's metadata."""
-    rows = sample_whole_groups(group_ids, max_pairs)
-    layout = retrieval_layout(np.asarray(group_ids)[rows], np.asarray(image_ids)[rows], np.asarray(texts)[rows])
+class ValidationScorer:
+    """Scores validation embeddings (row-aligned with the ``group_ids`` etc. it was built with, the
+    validation positions in the trainer's order): ``scorer(image, text)`` gives every named score of an
+    epoch's row; :meth:`ranks` gives the per-query ranks the scores come from (what a paired comparison of
+    two runs on the same validation items resamples)."""
 
-    def score(image: np.ndarray, text: np.ndarray) -> dict[str, float]:
-        ranked = full_ranking(image[rows], text[rows], layout)["all"]
+    def __init__(
+        self, group_ids: np.ndarray, image_ids: np.ndarray, texts: np.ndarray, max_pairs: int, n_way: int
+    ) -> None:
+        self.rows = sample_whole_groups(group_ids, max_pairs)
+        self.group_ids = np.asarray(group_ids)[self.rows]
+        self.layout = retrieval_layout(self.group_ids, np.asarray(image_ids)[self.rows], np.asarray(texts)[self.rows])
+        self.metrics = candidate_metrics(n_way)
+        self.n_way = n_way
+        self.n_pairs = len(group_ids)
+
+    def ranks(self, image: np.ndarray, text: np.ndarray) -> dict[str, QueryRanks]:
+        return both_directions(image[self.rows], text[self.rows], self.group_ids)
+
+    def __call__(self, image: np.ndarray, text: np.ndarray) -> dict[str, float]:
+        ranks = self.ranks(image, text)
+        scores = {name: metric.value(ranks) for name, metric in self.metrics.items()}
+        ranked = full_ranking(image[self.rows], text[self.rows], self.layout)["all"]
+        # the layout-aware rsum (an image's best caption with several captions per image), as on test
+        scores["val_rsum"] = ranked["rsum"]
+        scores.update(
+            {f"val_{direction}_r@{k}": ranked[f"{direction}_r@{k}"] for direction in ("i2t", "t2i") for k in (1, 5, 10)}
+        )
+        return scores
+
+    def describe(self, metric: str) -> dict[str, Any]:
+        """What the run's metadata says of its selection."""
         return {
-            "val_rsum": ranked["rsum"],
-            **{f"val_{direction}_r@{k}": ranked[f"{direction}_r@{k}"] for direction in ("i2t", "t2i") for k in (1, 5, 10)},
+            "metric": metric,
+            **({"n_way": self.n_way} if metric == "val_nway_r1" else {}),
+            "protocol": self.layout.protocol,
+            "pairs_ranked": int(len(self.rows)),
+            "validation_pairs": int(self.n_pairs),
+            "sampled": bool(len(self.rows) < self.n_pairs),
+            "sample_seed": EVAL_SEED,
         }
 
-    described = {
-        "metric": "val_rsum",
-        "protocol": layout.protocol,
-        "pairs_ranked": int(len(rows)),
-        "validation_pairs": int(len(group_ids)),
-        "sampled": bool(len(rows) < len(group_ids)),
-        "sample_seed": EVAL_SEED,
-    }
-    return score, described
+
+def save_ranks(path, ranks: dict[str, QueryRanks]) -> None:  # noqa: ANN001 - a path or an open file
+    """The per-query ranks of both directions as one ``.npz`` (``i2t_above``, ``i2t_eligible``, ...)."""
+    np.savez(
+        path,
+        **{f"{direction}_{field}": getattr(r, field) for direction, r in ranks.items() for field in ("above", "eligible")},
+    )
+
+
+def load_ranks(path) -> dict[str, QueryRanks]:  # noqa: ANN001 - a path or an open file
+    with np.load(path) as saved:
+        return {d: QueryRanks(saved[f"{d}_above"], saved[f"{d}_eligible"]) for d in ("i2t", "t2i")}

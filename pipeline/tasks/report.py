@@ -209,8 +209,12 @@ class Report(GridParams, DatasetParams, HashedTask):
         tuned = [load_run(e, e.clone(Train)) for task in req["tuned"] for e in task.evaluations()]
         selections = {task.variant: task.requires()["tune"].load("selection") for task in req["tuned"]}
         cocos = [{"label": task.variant_spec().label, **task.load("cocos")} for task in req["cocos"]]
-        # the tuned runs' Train and Evaluate are dynamic dependencies (known once Tune has chosen): added here
+        # the tuning schedule's Trains and the tuned runs' Train and Evaluate are dynamic dependencies (known once
+        # Tune has run): added here
         dynamic = [task for tuned_runs in req["tuned"] for e in tuned_runs.evaluations() for task in all_upstream(e)]
+        for tuned_runs in req["tuned"]:
+            tune = tuned_runs.requires()["tune"]
+            dynamic += [tune.train_of(key) for key in tune.schedule().visited]
         every = {task.task_id: task for task in [*all_upstream(self), *dynamic] if task is not self}
         tasks = [task_row(task) for task in every.values()]
         inputs = ReportInputs(

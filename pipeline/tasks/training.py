@@ -10,24 +10,34 @@ import luigi
 import numpy as np
 import pandas as pd
 import torch
+from luigi.freezing import recursively_unfreeze
 from torch import nn
 
+from common.files import atomic_path
 from data_recipes.manifest import image_ids, integer_group_ids
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
 from models.encoders import EncoderConfig
 from models.registry import build_model, model_class
 from models.settings import significant_settings
-from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer, pick_device
+from models.training import (
+    BEST_CHECKPOINT,
+    HISTORY_FILE,
+    LAST_CHECKPOINT,
+    PREV_CHECKPOINT,
+    PairData,
+    Trainer,
+    pick_device,
+)
 from models.training.validation import validation_order
 from pipeline.base import HashedTask
 from pipeline.profiles import TrainSettings
-from pipeline.steps.selection import validation_rsum
+from pipeline.steps.selection import ValidationScorer, save_ranks
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.data import PrepareDataset, Split
 from pipeline.tasks.params import DatasetParams, VariantChoice
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
 from pipeline.torchrun_launch import run_with_torchrun
-from pipeline.variant_spec import Variant
+from pipeline.variant_spec import Variant, merge_overrides
 
 
 class VariantParams(VariantChoice):
@@ -104,13 +114,43 @@ def imagenet_weights_loaded(model: nn.Module, features: HashedTask | None) -> bo
     return bool(getattr(getattr(encoder, "cnn", encoder), "pretrained_loaded", False))
 
 
-class Train(VariantParams, DatasetParams, HashedTask):
-    """Trains a variant; keeps the best checkpoint by the profile's selection metric (validation rsum, or
-    validation loss); resumes a killed run."""
+def without_epoch_cap(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` without a change of the epoch cap."""
+    train = {key: value for key, value in dict(overrides.get("train", {})).items() if key != "epochs"}
+    unchanged = {key: value for key, value in overrides.items() if key != "train"}
+    return {**unchanged, "train": train} if train else unchanged
 
+
+def with_epoch_cap(overrides: Mapping[str, Any], epochs: int, default_cap: int) -> dict[str, Any]:
+    """``overrides`` with the run's epoch cap set to ``epochs`` (no ``epochs`` key at the default cap, so a run
+    at the variant's own cap is one task whatever asked for it)."""
+    base = without_epoch_cap(overrides)
+    return base if epochs == default_cap else merge_overrides(base, {"train": {"epochs": epochs}})
+
+
+class Train(VariantParams, DatasetParams, HashedTask):
+    """Trains a variant; keeps the best checkpoint by the profile's selection metric (a validation retrieval
+    metric, or the validation loss); resumes a killed run.
+
+    ``continue_from_epochs``: the same run with that smaller epoch cap is continued from its last checkpoint
+    instead of training from the first epoch (a tuning trial that survives a rung, a run stopped by its cap).
+    Nothing in a run depends on its cap but where it stops, so the continued run equals an uninterrupted one
+    (``tests/test_tuning_schedule.py``); the parameter is therefore no part of the output's identity."""
+
+    continue_from_epochs = luigi.IntParameter(
+        default=0,
+        significant=False,
+        description="continue the same run trained with this smaller epoch cap (0: train from the start)",
+    )
     tokenizes = True
     resumable = True
-    outputs = {"checkpoint": BEST_CHECKPOINT, "last_checkpoint": LAST_CHECKPOINT, "history": HISTORY_FILE}
+    outputs = {
+        "checkpoint": BEST_CHECKPOINT,
+        "last_checkpoint": LAST_CHECKPOINT,
+        "history": HISTORY_FILE,
+        # per validation pair, how its positive ranks at the best checkpoint (selection by a retrieval metric)
+        "validation_ranks": "validation_ranks.npz",
+    }
 
     @property
     def resources(self) -> dict[str, int]:
@@ -145,12 +185,85 @@ class Train(VariantParams, DatasetParams, HashedTask):
         """Trains here, or with ``nproc_per_node * nnodes`` > 1 in processes torchrun starts
         (``pipeline.train_ddp``), rank 0 of which writes the files and the summary returned here."""
         t = self.train_settings()
+        continued = self.start_from_shorter_run(work_dir)
         if t.world_size > 1 and not launched_by_torchrun():
-            return run_with_torchrun(self, work_dir, t)
-        return self.train_in(work_dir, init_from_environment())
+            summary = run_with_torchrun(self, work_dir, t)
+        else:
+            summary = self.train_in(work_dir, init_from_environment())
+        return {**summary, "continued_from": continued}
+
+    def default_epoch_cap(self) -> int:
+        """The epoch cap this variant has when the user's overrides do not set one."""
+        return self.clone(Train, variant_overrides=without_epoch_cap(self.overrides())).train_settings().epochs
+
+    def overrides(self) -> dict[str, Any]:
+        return recursively_unfreeze(self.variant_overrides)
+
+    def with_epochs(self, epochs: int, continue_from_epochs: int = 0) -> Train:
+        """This run with epoch cap ``epochs`` (continuing the run of ``continue_from_epochs`` when given)."""
+        overrides = with_epoch_cap(self.overrides(), epochs, self.default_epoch_cap())
+        return self.clone(Train, variant_overrides=overrides, continue_from_epochs=continue_from_epochs)
+
+    def shorter_run(self) -> Train:
+        """This run with the epoch cap ``continue_from_epochs`` (what it continues)."""
+        return self.with_epochs(self.continue_from_epochs)
+
+    def start_from_shorter_run(self, work_dir: Path) -> str | None:
+        """With ``continue_from_epochs`` and no checkpoint of this run yet, copy the shorter run's checkpoints
+        and history into ``work_dir`` so the trainer resumes from them; the shorter run's folder, or None."""
+        if not self.continue_from_epochs or (Path(work_dir) / LAST_CHECKPOINT).exists():
+            return None
+        if self.continue_from_epochs >= self.train_settings().epochs:
+            raise ValueError(
+                f"continue_from_epochs={self.continue_from_epochs} must be below this run's epoch cap "
+                f"{self.train_settings().epochs}"
+            )
+        source = self.shorter_run()
+        if not source.complete():
+            return None  # trained from the first epoch: the same result, only slower
+        for name in (LAST_CHECKPOINT, PREV_CHECKPOINT, BEST_CHECKPOINT, HISTORY_FILE):
+            if (source.output_dir() / name).exists():
+                with atomic_path(Path(work_dir) / name) as tmp:
+                    tmp.write_bytes((source.output_dir() / name).read_bytes())
+        return str(source.output_dir())
 
     def train_in(self, work_dir: Path, distributed: Distributed = SINGLE_PROCESS) -> dict[str, Any]:
         """Train into ``work_dir`` as this process's part of ``distributed`` (a single process by default)."""
+        trainer, scorer = self.build_trainer(work_dir, distributed)
+        t = self.train_settings()
+        result = trainer.fit()
+        if scorer is not None:
+            # the best checkpoint's per-pair validation ranks, for a paired comparison of runs (Tune)
+            best_pass, _ = trainer.validate_best()
+            if distributed.is_main:
+                with atomic_path(self.work_path(work_dir, "validation_ranks")) as tmp, open(tmp, "wb") as handle:
+                    save_ranks(handle, scorer.ranks(best_pass.image, best_pass.text))
+        epoch_seconds = [row["train_seconds"] for row in result.history]
+        best = next((row for row in result.history if row["epoch"] == result.best_epoch), {})
+        return {
+            "best_epoch": result.best_epoch,
+            "selection": scorer.describe(t.selection) if scorer is not None else {"metric": "val_loss"},
+            "best_score": result.best_score,
+            "best_val_loss": best.get("val_loss"),
+            "best_val_rsum": best.get("val_rsum"),
+            # every validation metric at the best checkpoint (history.csv has them for every epoch)
+            "best_validation": {key: value for key, value in best.items() if key.startswith("val_")},
+            "max_epochs": t.epochs,
+            "epochs": len(result.history),
+            "resumed_from_epoch": result.resumed_from_epoch,
+            "mean_epoch_seconds": float(np.mean(epoch_seconds)) if epoch_seconds else None,
+            "stopped_early_at": result.stopped_early_at,
+            "device": str(trainer.device),
+            "processes": distributed.world_size,
+            "trunk": t.trunk,
+            "imagenet_weights_loaded": imagenet_weights_loaded(trainer.model, self.requires().get("features")),
+        }
+
+    def build_trainer(
+        self, work_dir: Path, distributed: Distributed = SINGLE_PROCESS
+    ) -> tuple[Trainer, ValidationScorer | None]:
+        """The Trainer of this run (model, losses, data, neighbors) and the scorer of its validation split
+        (None when it selects by the validation loss); nothing trained yet."""
         inputs = self.requires()
         config = self.config()
         t = self.train_settings()
@@ -168,14 +281,15 @@ class Train(VariantParams, DatasetParams, HashedTask):
         model = build_variant_model(spec, t, word_vectors, feature_width(data))
         losses = spec.build_losses()
         val_positions = np.flatnonzero(split == "val")
-        scorer, selection = None, {"metric": "val_loss"}
-        if t.selection == "val_rsum":
+        scorer = None
+        if t.selection != "val_loss":
             val_order = validation_order(val_positions, data.group_ids)
-            scorer, selection = validation_rsum(
+            scorer = ValidationScorer(
                 data.group_ids[val_order],
                 image_ids(manifest)[val_order],
                 manifest["text"].to_numpy()[val_order],
                 t.selection_max_pairs,
+                t.selection_n_way,
             )
         trainer = Trainer(
             model,
@@ -191,22 +305,4 @@ class Train(VariantParams, DatasetParams, HashedTask):
             distributed=distributed,
             validation_score=scorer,
         )
-        result = trainer.fit()
-        epoch_seconds = [row["train_seconds"] for row in result.history]
-        best = next((row for row in result.history if row["epoch"] == result.best_epoch), {})
-        return {
-            "best_epoch": result.best_epoch,
-            "selection": selection,
-            "best_score": result.best_score,
-            "best_val_loss": best.get("val_loss"),
-            "best_val_rsum": best.get("val_rsum"),
-            "max_epochs": t.epochs,
-            "epochs": len(result.history),
-            "resumed_from_epoch": result.resumed_from_epoch,
-            "mean_epoch_seconds": float(np.mean(epoch_seconds)) if epoch_seconds else None,
-            "stopped_early_at": result.stopped_early_at,
-            "device": str(trainer.device),
-            "processes": distributed.world_size,
-            "trunk": t.trunk,
-            "imagenet_weights_loaded": imagenet_weights_loaded(model, inputs.get("features")),
-        }
+        return trainer, scorer

@@ -1,94 +1,257 @@
 """The tuned protocol: every variant with a search space is given the same number of trials, chosen on the
 validation split only, and its report seeds are then trained and evaluated at the chosen settings.
 
-``Tune`` requires one ``Train`` per trial (the profile's trial seed; a trial at settings some other task
-already trained is that task's output, by the output hash) and writes ``selection.json``. ``TunedRuns``
-reads the choice and asks for the Evaluate of each report seed at it, as Luigi dynamic dependencies (the
-settings are known only once Tune has run).
+``Tune`` walks the successive-halving schedule of its variant (the decisions are
+:mod:`pipeline.steps.tuning`): every trial trains the first rung's epochs with every trial seed, the best
+share continues from its checkpoints rung by rung and then to the end, and a finished run that was still
+improving at its cap continues to the extended cap. Each step's Trains are Luigi dynamic dependencies (which
+trials continue is known only once the rung has run). ``selection.json`` holds every trial's settings, its
+per-seed scores at every rung it reached, where it stopped, the choice, the runner-up and their paired
+difference. ``TunedRuns`` trains the report's seeds at the choice (continuing a capped run the same way) and
+asks for their Evaluate. A Train at settings some other task already trained is that task's output.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import luigi
+import numpy as np
 from luigi.freezing import recursively_unfreeze
 
+from evaluation.selection_metrics import candidate_metrics
+from models.settings import SELECTION_METRICS
 from pipeline.base import HashedTask
 from pipeline.io import write_json
-from pipeline.steps.tuning import SELECTION_RULE, choose, trial_record
+from pipeline.steps.selection import load_ranks
+from pipeline.steps.tuning import (
+    HALVING_RULE,
+    SELECTION_RULE,
+    TIE_RULE,
+    RunKey,
+    ScheduleState,
+    capped,
+    choose,
+    compare_trials,
+    rung_plan,
+    seed_mean,
+    walk_schedule,
+)
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.params import DatasetParams, VariantChoice
 from pipeline.tasks.training import Train
-from pipeline.variant_spec import VariantError, merge_overrides
+from pipeline.variant_spec import SearchSpace, VariantError, merge_overrides
+
+
+def final_run(train: Train, extended_cap: int) -> Train:
+    """``train`` itself, or, when its best epoch was its cap, the same run continued to ``extended_cap``."""
+    if not capped(train.meta()["summary"]):
+        return train
+    return train.with_epochs(extended_cap, continue_from_epochs=train.train_settings().epochs)
+
+
+def run_record(train: Train) -> dict[str, Any]:
+    """What ``selection.json`` keeps of one trial seed's run."""
+    summary = train.meta()["summary"]
+    return {
+        "score": float(summary["best_score"]),
+        "best_epoch": int(summary["best_epoch"]),
+        "epochs": int(summary["epochs"]),
+        "max_epochs": int(summary["max_epochs"]),
+        "capped": capped(summary),
+        "val_rsum": summary.get("best_val_rsum"),
+        "train": str(train.output_dir()),
+    }
 
 
 class Tune(VariantChoice, DatasetParams, HashedTask):
-    """Trains the variant's trials (the profile's budget of points of its search space) and chooses the one
-    with the highest validation rsum; ``selection.json`` holds every trial, the choice, the rule and the
-    budget. Nothing here reads the test split: a trial's score is its Train's validation summary."""
+    """Trains the variant's trials on the successive-halving schedule and chooses the one with the best mean
+    validation score over the trial seeds; ``selection.json`` holds every trial, the rungs, the choice, the
+    runner-up, their paired difference and the rules. Nothing here reads the test split: a trial's score is
+    its Trains' validation summaries and per-pair validation ranks."""
 
     outputs = {"selection": "selection.json"}
 
-    def trials(self) -> list[dict[str, Any]]:
-        """The search-space points this variant is tried at (the space's own ``--variant-overrides`` shape)."""
+    # ------------------------------------------------------------------ the trials
+    def search_space(self) -> SearchSpace:
         spec = self.variant_spec()
         if spec.search_space is None:
             raise VariantError(
                 f"variant {self.variant!r} declares no search space (pipeline/variants.py), so it cannot be tuned"
             )
-        tuning = self.settings.tuning
-        return spec.search_space.trials(tuning.budget, tuning.draw_seed)
+        return spec.search_space
 
-    def trial_overrides(self, trial: dict[str, Any]) -> dict[str, Any]:
+    def trials(self) -> list[dict[str, Any]]:
+        """The search-space points this variant is tried at (flat ``{knob: value}``)."""
+        tuning = self.settings.tuning
+        return self.search_space().trials(tuning.budget, tuning.draw_seed)
+
+    def trial_overrides(self, point: dict[str, Any]) -> dict[str, Any]:
         """The user's changes to the variant, with the trial's point on top."""
-        return merge_overrides(recursively_unfreeze(self.variant_overrides), trial)
+        return merge_overrides(recursively_unfreeze(self.variant_overrides), SearchSpace.overrides(point))
+
+    def trial_train(self, point: dict[str, Any], seed: int) -> Train:
+        """The trial's run with ``seed`` at the variant's own epoch cap."""
+        return self.clone(Train, seed=seed, variant_overrides=self.trial_overrides(point))
+
+    def metric(self) -> tuple[str, bool]:
+        """The selection metric's name and whether higher is better."""
+        name = self.train_settings().selection
+        return name, SELECTION_METRICS[name] == "max"
 
     def requires(self) -> dict[str, list[Train]]:
-        seed = self.settings.tuning.trial_seed
-        return {
-            "trials": [
-                self.clone(Train, seed=seed, variant_overrides=self.trial_overrides(trial)) for trial in self.trials()
-            ]
-        }
+        """The first step of the schedule, which never depends on a result: every trial's first rung (its
+        whole run without rungs), with every trial seed. The later steps are dynamic dependencies."""
+        return {"first_step": self.first_step()}
 
+    def first_step(self) -> list[Train]:
+        rungs = rung_plan(self.settings.tuning.rung_epochs, self.cap())
+        epochs = rungs[0] if rungs else self.cap()
+        return [
+            self.train_of(RunKey(trial, seed, epochs))
+            for trial in range(len(self.trials()))
+            for seed in self.settings.tuning.trial_seeds
+        ]
+
+    # ------------------------------------------------------------------ the schedule
+    def cap(self) -> int:
+        """The trials' own epoch cap (the variant's, with the user's overrides)."""
+        return self.train_settings().epochs
+
+    def train_of(self, key: RunKey) -> Train:
+        """The Train a run of the schedule is."""
+        run = self.trial_train(self.trials()[key.trial], key.seed)
+        return run.with_epochs(key.epochs, key.continue_from)
+
+    def schedule(self) -> ScheduleState:
+        """Walk the schedule as far as the finished Trains allow (every decision made again, the same way)."""
+        tuning = self.settings.tuning
+        _, higher = self.metric()
+
+        def summary_of(key: RunKey) -> dict[str, Any] | None:
+            train = self.train_of(key)
+            return train.meta()["summary"] if train.complete() else None
+
+        return walk_schedule(
+            len(self.trials()),
+            tuning.trial_seeds,
+            tuning.rung_epochs,
+            self.cap(),
+            tuning.extended_cap(self.cap()),
+            tuning.reduction_factor,
+            higher,
+            summary_of,
+        )
+
+    def run(self) -> Iterator[list[Train]]:  # a Luigi task with dynamic dependencies is a generator
+        while pending := self.schedule().pending:
+            yield [self.train_of(key) for key in pending]
+        super().run()
+
+    # ------------------------------------------------------------------ the record
     def config(self) -> dict[str, Any]:
         tuning = self.settings.tuning
+        name, higher = self.metric()
         return {
-            "space": {path: list(values) for path, values in self.variant_spec().search_space.values.items()},
+            "space": {knob: list(values) for knob, values in self.search_space().values.items()},
             "budget": tuning.budget,
             "draw_seed": tuning.draw_seed,
-            "trial_seed": tuning.trial_seed,
+            "trial_seeds": list(tuning.trial_seeds),
+            "metric": {"name": name, "higher_is_better": higher},
+            "halving": {
+                "rung_epochs": list(tuning.rung_epochs),
+                "reduction_factor": tuning.reduction_factor,
+                "rule": HALVING_RULE,
+            },
+            "extended_epochs": tuning.extended_cap(self.train_settings().epochs),
             "rule": SELECTION_RULE,
+            "tie_rule": TIE_RULE,
+            "bootstrap_resamples": tuning.bootstrap_resamples,
         }
 
     def chosen_overrides(self) -> dict[str, Any]:
         """The user's changes with the chosen trial's point on top (after this task has run)."""
         selection = self.load("selection")
-        return self.trial_overrides(selection["trials"][selection["chosen"]]["settings"])
+        return self.trial_overrides(selection["trials"][selection["chosen"]]["point"])
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
-        trials = [
-            trial_record(trial, train.meta()["summary"])
-            for trial, train in zip(self.trials(), self.requires()["trials"], strict=True)
-        ]
-        chosen = choose(trials)
-        selection = {
-            "variant": self.variant,
-            "label": self.variant_spec().label,
-            **self.config(),
-            "n_points": len(self.variant_spec().search_space.points()),
-            "trials": trials,
-            "chosen": chosen,
-            "chosen_settings": trials[chosen]["settings"],
-        }
+        state = self.schedule()
+        if state.pending:
+            raise RuntimeError(f"{self.task_id}: the schedule still waits for {len(state.pending)} Train(s)")
+        selection = selection_record(self, state)
         write_json(self.work_path(work_dir, "selection"), selection)
-        return {"chosen": chosen, "chosen_settings": trials[chosen]["settings"], "val_rsum": trials[chosen]["val_rsum"]}
+        chosen = selection["trials"][selection["chosen"]]
+        return {"chosen": selection["chosen"], "chosen_point": chosen["point"], "score": chosen["score"], "tie": selection["tie"]}
+
+
+def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
+    """``selection.json``: the configuration, every trial and the choice with its paired comparison."""
+    name, higher = task.metric()
+    points = task.trials()
+    finished = {
+        trial: {seed: task.train_of(key) for seed, key in runs.items()} for trial, runs in state.finished.items()
+    }
+    finished_scores = {
+        i: seed_mean({seed: run_record(run)["score"] for seed, run in runs.items()}) for i, runs in finished.items()
+    }
+    chosen, runner_up = choose(finished_scores, higher)
+    trials = []
+    for i, point in enumerate(points):
+        trial: dict[str, Any] = {
+            "point": point,
+            "settings": SearchSpace.overrides(point),
+            "rungs": [
+                {"epochs": rung["epochs"], "scores": {str(s): v for s, v in rung["scores"][i].items()}, "mean": rung["means"][i]}
+                for rung in state.rungs
+                if i in rung["scores"]
+            ],
+            "stopped_at_rung": state.stopped_at.get(i),
+        }
+        if i in finished:
+            seeds = {str(seed): run_record(run) for seed, run in finished[i].items()}
+            trial.update(
+                {
+                    "score": finished_scores[i],
+                    "seeds": seeds,
+                    "val_rsum": float(np.mean([r["val_rsum"] for r in seeds.values() if r["val_rsum"] is not None] or [np.nan])),
+                    "capped": any(r["capped"] for r in seeds.values()),
+                    "extended": any(r["max_epochs"] > task.train_settings().epochs for r in seeds.values()),
+                }
+            )
+        trials.append(trial)
+    comparison = None
+    metric = candidate_metrics(task.train_settings().selection_n_way).get(name)
+    if runner_up is not None and metric is not None and metric.per_query is not None:
+        outcomes = {
+            index: {seed: metric.per_query(load_ranks(run.output_path("validation_ranks"))) for seed, run in finished[index].items()}
+            for index in (chosen, runner_up)
+        }
+        comparison = compare_trials(
+            outcomes[chosen], outcomes[runner_up], higher, task.settings.tuning.bootstrap_resamples
+        )
+    tie = comparison is not None and not comparison["resolved"]
+    return {
+        "variant": task.variant,
+        "label": task.variant_spec().label,
+        **task.config(),
+        "metric": {"name": name, "label": metric.label if metric else name, "higher_is_better": higher},
+        "n_points": len(task.search_space().grid()),
+        "trials": trials,
+        "chosen": chosen,
+        "runner_up": runner_up,
+        "chosen_point": points[chosen],
+        "chosen_settings": SearchSpace.overrides(points[chosen]),
+        "comparison": comparison,
+        "tie": tie,
+        "decided_by": TIE_RULE if tie else ("the only finished trial" if runner_up is None else "a resolved difference"),
+    }
 
 
 class TunedRuns(VariantChoice, DatasetParams, HashedTask):
-    """The report seeds of one tuned variant, trained and evaluated on test at its chosen settings."""
+    """The report seeds of one tuned variant, trained and evaluated on test at its chosen settings; a run
+    whose best epoch is its cap is continued to the extended cap first (the rule of the trials)."""
 
     seeds = luigi.ListParameter(description="the report's training seeds of this variant")
     outputs = {"runs": "tuned_runs.json"}
@@ -99,12 +262,25 @@ class TunedRuns(VariantChoice, DatasetParams, HashedTask):
     def config(self) -> dict[str, Any]:
         return {"seeds": [int(seed) for seed in self.seeds]}
 
-    def evaluations(self) -> list[Evaluate]:
-        """The Evaluate of each seed at the chosen settings (readable once Tune is complete)."""
+    def trains(self) -> list[Train]:
+        """The report seeds' runs at the chosen settings and the variant's own epoch cap."""
         overrides = self.requires()["tune"].chosen_overrides()
-        return [self.clone(Evaluate, seed=int(seed), variant_overrides=overrides) for seed in self.seeds]
+        return [self.clone(Train, seed=int(seed), variant_overrides=overrides) for seed in self.seeds]
 
-    def run(self):  # noqa: ANN201 - a Luigi task with dynamic dependencies is a generator
+    def final_trains(self) -> list[Train]:
+        """Each seed's run, continued to the extended cap when it was capped (readable once trains() ran)."""
+        tuning = self.settings.tuning
+        return [final_run(train, tuning.extended_cap(train.train_settings().epochs)) for train in self.trains()]
+
+    def evaluations(self) -> list[Evaluate]:
+        """The Evaluate of each seed's final run (readable once final_trains() ran)."""
+        return [
+            self.clone(Evaluate, seed=train.seed, variant_overrides=train.overrides()) for train in self.final_trains()
+        ]
+
+    def run(self) -> Iterator[list[HashedTask]]:  # a Luigi task with dynamic dependencies is a generator
+        yield self.trains()
+        yield self.final_trains()
         yield self.evaluations()
         super().run()
 
@@ -113,6 +289,7 @@ class TunedRuns(VariantChoice, DatasetParams, HashedTask):
             "variant": self.variant,
             "overrides": self.requires()["tune"].chosen_overrides(),
             "evaluations": {str(e.seed): str(e.output_dir()) for e in self.evaluations()},
+            "extended": [train.seed for train in self.final_trains() if train.continue_from_epochs],
         }
         write_json(self.work_path(work_dir, "runs"), runs)
         return runs
