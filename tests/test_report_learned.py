@@ -8,7 +8,7 @@ import pytest
 
 from evaluation.document import Document
 from evaluation.report.inputs import VariantRun
-from evaluation.report.learned import against_chance, learned_section, verdict
+from evaluation.report.learned import against_chance, chance_table_section, learned_section, verdict
 
 
 def run(variant: str, seed: int, hit_rate: float, n: int = 400, n_way: int = 5) -> VariantRun:
@@ -32,7 +32,9 @@ def test_when_every_method_is_within_its_mde_of_chance_that_sentence_comes_first
     rows = against_chance([run(name, s, 0.2) for name in ("a", "b") for s in (0, 1)], 500)
     doc = Document("t")
     learned_section(doc, {"tuned": rows})
+    chance_table_section(doc, {"tuned": rows})
     markdown = doc.to_markdown()
     first_paragraph = markdown.split("## Did the models learn?")[1].strip().splitlines()[0]
     assert first_paragraph.startswith("**No method learned anything this run can detect**")
-    assert "| tuned | A |" in markdown
+    assert "Tuned protocol, 5-way R@1 − chance (I→T / T→I, 95% CI): A " in markdown
+    assert markdown.index("Tuned protocol, 5-way") < markdown.index("| tuned | A |")

@@ -16,7 +16,7 @@ from evaluation.report.calibration import calibration_section
 from evaluation.report.cocos_table import cocos_section
 from evaluation.report.full_ranking import full_ranking_section
 from evaluation.report.inputs import FIGURES_DIR, ReportInputs
-from evaluation.report.learned import against_chance, learned_section
+from evaluation.report.learned import against_chance, chance_table_section, learned_section
 from evaluation.report.metadata import run_intro, run_metadata_section, training_and_data_section
 from evaluation.report.preservation import (
     preservation_against_k_section,
@@ -58,6 +58,7 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
     learned_section(doc, chance)
 
     tuning_figure = protocols_section(doc, inputs, comparisons, figure_dir)
+    chance_table_section(doc, chance)
     table_1_section(doc, summary, significance, inputs.baseline)
     if "shared" in inputs.protocols and inputs.tuned_runs:
         tuned_table_1_section(doc, summarise_variants(inputs.tuned_runs), inputs.selections)

@@ -71,9 +71,22 @@ def verdict(rows: list[dict[str, Any]]) -> str:
 
 
 def learned_section(doc: Document, by_protocol: dict[str, list[dict[str, Any]]]) -> None:
+    """The opening verdict, with each method's distance from chance in one line per protocol (the table of
+    every run is :func:`chance_table_section`, after the headline: the first table stays the headline's)."""
     doc.heading("Did the models learn?")
     every = [row for rows in by_protocol.values() for row in rows]
     doc.paragraph(verdict(every))
+    for protocol, rows in by_protocol.items():
+        cells = "; ".join(
+            f"{row['label']} {row['i2t']['above_chance']:+.3f} [{row['i2t']['ci_low']:+.3f}, {row['i2t']['ci_high']:+.3f}] / "
+            f"{row['t2i']['above_chance']:+.3f} [{row['t2i']['ci_low']:+.3f}, {row['t2i']['ci_high']:+.3f}]"
+            for row in rows
+        )
+        doc.paragraph(f"{protocol.capitalize()} protocol, {rows[0]['n_way']}-way R@1 − chance (I→T / T→I, 95% CI): {cells}.")
+
+
+def chance_table_section(doc: Document, by_protocol: dict[str, list[dict[str, Any]]]) -> None:
+    doc.heading("Against chance, every run")
     doc.table(
         ["Protocol", "Method", *[f"{direction_label(d)} R@1 − chance [95% CI] (MDE)" for d in DIRECTIONS]],
         [
