@@ -37,6 +37,8 @@ def make_table(out: Path, n_pairs: int, seed: int, reillustrate: float, image_si
         order = rng.permutation(rows[chosen[rows]])
         if len(order) > 1:
             images[order] = images[np.roll(order, 1)]
+        else:
+            chosen[order] = False  # a lone chosen pair keeps its own picture
     table = pd.DataFrame(
         {"image_path": [str(Path(p).relative_to(out.resolve())) for p in images], "text": manifest["text"]}
     )

@@ -118,7 +118,8 @@ def selected_epoch(curve: np.ndarray, higher_is_better: bool, patience: int | No
     as ``models.training.history.TrainResult`` decides it."""
     best, best_value = 0, None
     for index, value in enumerate(curve):
-        if best_value is not None and patience is not None and index - best >= patience:
+        # the trainer stops before epoch e when (e - 1) - best_epoch >= patience; 0-based: index - best > patience
+        if best_value is not None and patience is not None and index - best > patience:
             break
         if best_value is None or (value > best_value if higher_is_better else value < best_value):
             best, best_value = index, value

@@ -50,7 +50,14 @@ def check_tuning(profile: str, protocols: Iterable[str], tuned_variants: Iterabl
     unknown = [p for p in protocols if p not in PROTOCOLS]
     if unknown:
         raise RunConfigurationError(f"unknown protocol {unknown[0]!r}; valid protocols: {', '.join(PROTOCOLS)}")
-    budget = PROFILES[profile].tuning.budget
+    tuning = PROFILES[profile].tuning
+    cap = PROFILES[profile].train.epochs
+    if tuned_variants and tuning.extended_cap(cap) <= cap:
+        raise RunConfigurationError(
+            f"the tuning's extended_epochs ({tuning.extended_cap(cap)}) must be above the epoch cap ({cap}): a "
+            "capped run is continued to it"
+        )
+    budget = tuning.budget
     short = {name: len(VARIANTS[name].search_space.points()) for name in tuned_variants}
     short = {name: points for name, points in short.items() if points < budget}
     if short:

@@ -163,6 +163,11 @@ class Variant:
             raise VariantError(f"neighbor_source {self.neighbor_source!r} is unknown; valid: {NEIGHBOR_SOURCES}")
         check_names("training setting(s)", self.train, TRAIN_SETTINGS)
         if self.search_space is not None:
+            if "train.epochs" in self.search_space.paths():
+                raise VariantError(
+                    "train.epochs is no tuning knob: the tuned protocol sets how long trials train (its rungs "
+                    "and the extended cap); search the settings of the method instead"
+                )
             unsearched = replace(self, search_space=None)
             for path in self.search_space.paths():
                 target, name = path.split(".")

@@ -158,3 +158,15 @@ def test_selecting_by_rsum_without_a_scorer_is_refused_before_any_work(tmp_path)
             0,
             tmp_path,
         )
+
+
+def test_a_validation_split_too_small_for_the_n_way_draw_is_refused_before_training_and_recorded_as_nan():
+    groups = np.array([0, 0, 0, 1, 2])  # pair 0 has only 2 pairs of other groups
+    scorer = ValidationScorer(groups, np.arange(5), np.array(list("abcde")), max_pairs=10, n_way=5)
+    with pytest.raises(ValueError, match="needs 4 validation pairs of other groups per pair, but this validation split has 2"):
+        scorer.check("val_nway_r1")
+    scorer.check("val_rsum")  # the others are computable
+    rng = np.random.default_rng(0)
+    image, text = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in rng.normal(size=(2, 5, 4)))
+    scores = scorer(image, text)
+    assert np.isnan(scores["val_nway_r1"]) and np.isfinite(scores["val_auc"])

@@ -207,6 +207,8 @@ def test_a_search_space_names_real_settings_and_its_trials_honour_one_budget():
     assert space.trials(6, seed=0) == space.grid()
     with pytest.raises(VariantError, match="exceeds this search space's 6 points"):
         space.trials(7, seed=0)
+    with pytest.raises(VariantError, match="train.epochs is no tuning knob"):
+        replace(VARIANTS["ours"], search_space=SearchSpace({"train.epochs": (10, 20)}))
     with pytest.raises(VariantError, match="several joined by"):
         SearchSpace({"angular.alpha_degrees+within_modality": (30.0,)})
 

@@ -83,7 +83,9 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
         "title": inputs.title,
         "run": inputs.run_info,
         # Ours − Ang+NP+Sym under the tuned protocol (the one to read), the shared one's when only it ran
-        "headline": next(iter(comparisons["headlines"].values())),
+        "headline": next(
+            (h for h in comparisons["headlines"].values() if h["available"]), next(iter(comparisons["headlines"].values()))
+        ),
         "chance": chance,
         "protocols": comparisons,
         "variants": summary,

@@ -47,8 +47,9 @@ def against_chance(runs: list[VariantRun], n_resamples: int) -> list[dict[str, A
     return rows
 
 
-def verdict(rows: list[dict[str, Any]]) -> str:
-    """One sentence on every method at once."""
+def verdict(by_protocol: dict[str, list[dict[str, Any]]]) -> str:
+    """One sentence on every method of every protocol at once."""
+    rows = [row for protocol_rows in by_protocol.values() for row in protocol_rows]
     if not rows:
         return "No run to judge."
     n_way = rows[0]["n_way"]
@@ -58,7 +59,13 @@ def verdict(rows: list[dict[str, Any]]) -> str:
             f"smallest difference the run could detect of chance (1/{n_way} = {1 / n_way:.2f}), so the "
             "comparisons below compare noise. The data may be too hard for these models (or too small)."
         )
-    weak = [row["label"] for row in rows if not row["learned"]]
+    several = len(by_protocol) > 1
+    weak = [
+        f"{row['label']} ({protocol})" if several else row["label"]
+        for protocol, protocol_rows in by_protocol.items()
+        for row in protocol_rows
+        if not row["learned"]
+    ]
     if not weak:
         return (
             f"Every method learned: each one's {n_way}-way R@1 is above chance (1/{n_way} = {1 / n_way:.2f}) "
@@ -74,8 +81,7 @@ def learned_section(doc: Document, by_protocol: dict[str, list[dict[str, Any]]])
     """The opening verdict, with each method's distance from chance in one line per protocol (the table of
     every run is :func:`chance_table_section`, after the headline: the first table stays the headline's)."""
     doc.heading("Did the models learn?")
-    every = [row for rows in by_protocol.values() for row in rows]
-    doc.paragraph(verdict(every))
+    doc.paragraph(verdict(by_protocol))
     for protocol, rows in by_protocol.items():
         cells = "; ".join(
             f"{row['label']} {row['i2t']['above_chance']:+.3f} [{row['i2t']['ci_low']:+.3f}, {row['i2t']['ci_high']:+.3f}] / "

@@ -193,7 +193,7 @@ def choice_sentence(selection: dict[str, Any]) -> str:
     runner = point_label(selection["trials"][selection["runner_up"]]["point"])
     comparison = selection.get("comparison")
     if comparison is None:
-        return f"{selection['label']}: {chosen} over {runner} (the metric has no per-pair values to compare them)."
+        return f"{selection['label']}: {chosen} over {runner} ({selection['decided_by']})."
     interval = f"{comparison['difference']:+.4f} [{comparison['ci_low']:+.4f}, {comparison['ci_high']:+.4f}]"
     if selection["tie"]:
         return (

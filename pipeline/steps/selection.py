@@ -41,13 +41,30 @@ class ValidationScorer:
         self.metrics = candidate_metrics(n_way)
         self.n_way = n_way
         self.n_pairs = len(group_ids)
+        # the fewest items of other groups a validation query has: an n-way draw needs n - 1 of them
+        groups = self.group_ids
+        self.fewest_others = int(len(groups) - max(np.unique(groups, return_counts=True)[1], default=0))
+
+    def check(self, metric: str) -> None:
+        """Refuse, before any training, a selection metric this validation split cannot compute."""
+        if metric == "val_nway_r1" and self.fewest_others < self.n_way - 1:
+            raise ValueError(
+                f"selection by the expected {self.n_way}-way R@1 needs {self.n_way - 1} validation pairs of other "
+                f"groups per pair, but this validation split has {self.fewest_others}: lower selection_n_way, "
+                "select by val_rsum, or give the split more validation pairs"
+            )
 
     def ranks(self, image: np.ndarray, text: np.ndarray) -> dict[str, QueryRanks]:
         return both_directions(image[self.rows], text[self.rows], self.group_ids)
 
     def __call__(self, image: np.ndarray, text: np.ndarray) -> dict[str, float]:
         ranks = self.ranks(image, text)
-        scores = {name: metric.value(ranks) for name, metric in self.metrics.items()}
+        # every candidate is recorded; one this split cannot compute (too few pairs for an n-way draw) is NaN
+        defined = self.fewest_others >= self.n_way - 1
+        scores = {
+            name: metric.value(ranks) if defined or name != "val_nway_r1" else float("nan")
+            for name, metric in self.metrics.items()
+        }
         ranked = full_ranking(image[self.rows], text[self.rows], self.layout)["all"]
         # the layout-aware rsum (an image's best caption with several captions per image), as on test
         scores["val_rsum"] = ranked["rsum"]

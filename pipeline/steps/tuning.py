@@ -79,7 +79,8 @@ def compare_trials(
 ) -> dict[str, Any]:
     """The chosen trial's per-pair validation outcomes (one array per trial seed) against the runner-up's,
     paired by validation pair and seed: the difference in the metric's better direction (positive: the
-    chosen one is better), its 95% interval, and whether it is ``resolved`` (the interval excludes 0)."""
+    chosen one is better), its 95% interval, and whether it is ``resolved`` (the interval lies above 0: the
+    chosen trial is better; the choice is the higher mean, so the difference is never below 0)."""
     result = paired_bootstrap_items_and_seeds(chosen, runner_up, n_resamples=n_resamples, seed=seed)
     if not higher_is_better:  # e.g. a rank: lower is better, so report runner-up − chosen
         result = {
@@ -88,7 +89,7 @@ def compare_trials(
             "ci_low": -result["ci_high"],
             "ci_high": -result["ci_low"],
         }
-    result["resolved"] = bool(result["ci_low"] > 0 or result["ci_high"] < 0)
+    result["resolved"] = bool(result["ci_low"] > 0)
     return result
 
 

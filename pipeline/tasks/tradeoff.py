@@ -22,8 +22,10 @@ from evaluation.document import Document
 from evaluation.plots import plot_tradeoff
 from evaluation.report.headline import headline_comparison
 from evaluation.report.inputs import VariantRun
+from models.settings import significant_settings
 from pipeline.base import HashedTask
 from pipeline.io import save_text, write_json
+from pipeline.tasks.data import Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.params import DatasetParams, VariantChoice
 from pipeline.tasks.report import load_run
@@ -62,10 +64,17 @@ class WithinModalityTradeoff(VariantChoice, DatasetParams, HashedTask):
         return [int(s) for s in self.seeds] or list(self.settings.seeds_for(self.variant))
 
     def requires(self) -> dict[str, Any]:
-        return {"tune": self.clone(Tune)} if self.settings_from == "tuned" else {}
+        """The dataset (its split) and, for the tuned settings, the variant's Tune."""
+        return {"split": self.clone(Split), **({"tune": self.clone(Tune)} if self.settings_from == "tuned" else {})}
 
     def config(self) -> dict[str, Any]:
-        return {"scales": [float(s) for s in self.scales], "seeds": self.seed_list(), "settings_from": self.settings_from}
+        return {
+            "variant": self.variant_spec().as_dict(),
+            "train": significant_settings(self.train_settings()),
+            "scales": [float(s) for s in self.scales],
+            "seeds": self.seed_list(),
+            "settings_from": self.settings_from,
+        }
 
     def base_overrides(self) -> dict[str, Any]:
         if self.settings_from == "tuned":

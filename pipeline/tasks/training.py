@@ -128,6 +128,10 @@ def with_epoch_cap(overrides: Mapping[str, Any], epochs: int, default_cap: int) 
     return base if epochs == default_cap else merge_overrides(base, {"train": {"epochs": epochs}})
 
 
+#: in a continued run's folder: the folder of the shorter run it continued
+CONTINUED_FROM = "continued_from.txt"
+
+
 class Train(VariantParams, DatasetParams, HashedTask):
     """Trains a variant; keeps the best checkpoint by the profile's selection metric (a validation retrieval
     metric, or the validation loss); resumes a killed run.
@@ -210,8 +214,14 @@ class Train(VariantParams, DatasetParams, HashedTask):
 
     def start_from_shorter_run(self, work_dir: Path) -> str | None:
         """With ``continue_from_epochs`` and no checkpoint of this run yet, copy the shorter run's checkpoints
-        and history into ``work_dir`` so the trainer resumes from them; the shorter run's folder, or None."""
-        if not self.continue_from_epochs or (Path(work_dir) / LAST_CHECKPOINT).exists():
+        and history into ``work_dir`` so the trainer resumes from them; the shorter run's folder, or None.
+
+        ``checkpoint_last.pt`` is copied last: it is what resume starts from, so a kill during the copy leaves
+        no last checkpoint and the rerun copies again. A marker keeps the source for a resumed rerun."""
+        marker = Path(work_dir) / CONTINUED_FROM
+        if (Path(work_dir) / LAST_CHECKPOINT).exists():
+            return marker.read_text() if marker.exists() else None
+        if not self.continue_from_epochs:
             return None
         if self.continue_from_epochs >= self.train_settings().epochs:
             raise ValueError(
@@ -221,7 +231,9 @@ class Train(VariantParams, DatasetParams, HashedTask):
         source = self.shorter_run()
         if not source.complete():
             return None  # trained from the first epoch: the same result, only slower
-        for name in (LAST_CHECKPOINT, PREV_CHECKPOINT, BEST_CHECKPOINT, HISTORY_FILE):
+        with atomic_path(marker) as tmp:
+            tmp.write_text(str(source.output_dir()))
+        for name in (PREV_CHECKPOINT, BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT):
             if (source.output_dir() / name).exists():
                 with atomic_path(Path(work_dir) / name) as tmp:
                     tmp.write_bytes((source.output_dir() / name).read_bytes())
@@ -232,7 +244,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
         trainer, scorer = self.build_trainer(work_dir, distributed)
         t = self.train_settings()
         result = trainer.fit()
-        if scorer is not None:
+        if scorer is not None and (Path(work_dir) / BEST_CHECKPOINT).exists():
             # the best checkpoint's per-pair validation ranks, for a paired comparison of runs (Tune)
             best_pass, _ = trainer.validate_best()
             if distributed.is_main:
@@ -291,6 +303,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
                 t.selection_max_pairs,
                 t.selection_n_way,
             )
+            scorer.check(t.selection)
         trainer = Trainer(
             model,
             losses,

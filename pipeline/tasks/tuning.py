@@ -221,17 +221,32 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
                 }
             )
         trials.append(trial)
-    comparison = None
+    comparison, why_not = None, None
     metric = candidate_metrics(task.train_settings().selection_n_way).get(name)
-    if runner_up is not None and metric is not None and metric.per_query is not None:
+    if runner_up is None:
+        why_not = "the only finished trial"
+    elif metric is None or metric.per_query is None:
+        why_not = f"no paired comparison: {name} has no per-pair values"
+    else:
         outcomes = {
             index: {seed: metric.per_query(load_ranks(run.output_path("validation_ranks"))) for seed, run in finished[index].items()}
             for index in (chosen, runner_up)
         }
-        comparison = compare_trials(
-            outcomes[chosen], outcomes[runner_up], higher, task.settings.tuning.bootstrap_resamples
+        # the per-pair values must average to the scores the choice was made on (not so for the layout-aware
+        # rsum of several captions per image, whose per-pair values rank differently)
+        reproduced = all(
+            abs(values.mean() - run_record(finished[index][seed])["score"]) < 1e-9
+            for index, per_seed in outcomes.items()
+            for seed, values in per_seed.items()
         )
-    tie = comparison is not None and not comparison["resolved"]
+        if reproduced:
+            comparison = compare_trials(
+                outcomes[chosen], outcomes[runner_up], higher, task.settings.tuning.bootstrap_resamples
+            )
+        else:
+            why_not = f"no paired comparison: the per-pair values of {name} do not reproduce its scores here"
+    tie = None if comparison is None else not comparison["resolved"]
+    decided_by = why_not or (TIE_RULE if tie else "a resolved difference")
     return {
         "variant": task.variant,
         "label": task.variant_spec().label,
@@ -245,7 +260,7 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
         "chosen_settings": SearchSpace.overrides(points[chosen]),
         "comparison": comparison,
         "tie": tie,
-        "decided_by": TIE_RULE if tie else ("the only finished trial" if runner_up is None else "a resolved difference"),
+        "decided_by": decided_by,
     }
 
 
