@@ -241,7 +241,7 @@ SMOKE = Profile(
     eval=EvalSettings(n_way=5, redraws=2, preservation_k=20, preservation_ks=(5, 10, 20), topic_k=5),
     seeds_by_variant={"ang_np_sym": (0, 1), "ours": (0, 1)},
     # the whole tuned path at toy size: three trials per variant drawn from its space, two seeds each, the
-    # best two continuing after one epoch; every smoke run ends at its cap, so each is continued to 4 epochs
+    # best two continuing after one epoch; a finished run whose best epoch is its cap of 2 continues to 4
     tuning=TuningSettings(protocol="both", budget=3, trial_seeds=(0, 1), rung_epochs=(1,), reduction_factor=3),
 )
 

@@ -119,10 +119,12 @@ class SearchSpace:
         return [self.overrides(point) for point in self.grid()]
 
     def trials(self, budget: int, seed: int) -> list[dict[str, Any]]:
-        """``budget`` flat points: all of them when the grid has exactly that many, else ``budget`` drawn
-        without replacement with ``seed`` (kept in grid order): a larger space is sampled, never given more
-        trials. A budget above the grid's size is refused, so every variant of a comparison gets exactly
-        ``budget`` trials."""
+        """``budget`` flat points, in grid order: all of them when the grid has exactly that many, else a
+        *balanced* sample drawn with ``seed`` — every value of every knob tried as evenly as the budget allows
+        (counts differing by at most one), so a sample never leaves out a whole learning rate or angle, as a
+        plain random draw can (6 of a 3 x 3 grid drawn at random can be two learning rates, three margins
+        each). A larger space is sampled, never given more trials; a budget above the grid's size is
+        refused, so every variant of a comparison gets exactly ``budget`` trials."""
         grid = self.grid()
         if budget > len(grid):
             raise VariantError(
@@ -131,8 +133,57 @@ class SearchSpace:
             )
         if budget == len(grid):
             return grid
-        drawn = np.sort(np.random.default_rng(seed).choice(len(grid), size=budget, replace=False))
-        return [grid[i] for i in drawn]
+        return [grid[i] for i in sorted(balanced_sample(grid, budget, np.random.default_rng(seed)))]
+
+
+def balanced_sample(grid: list[dict[str, Any]], budget: int, rng: np.random.Generator) -> list[int]:
+    """Indices of ``budget`` distinct points of a full grid in which every knob's values occur as evenly as
+    possible (each ``budget // n`` times, ``budget % n`` of them, drawn at random, once more): the values each
+    knob gets are drawn first, then assigned to distinct points by a randomised depth-first search. Above half
+    the grid the points *left out* are drawn that way instead (in a full grid the rest is then balanced too)."""
+    if 2 * budget > len(grid):
+        left_out = set(balanced_sample(grid, len(grid) - budget, rng))
+        return [i for i in range(len(grid)) if i not in left_out]
+    knobs = list(grid[0])
+    levels = [list(dict.fromkeys(point[knob] for point in grid)) for knob in knobs]
+    index_of = {tuple(point[knob] for knob in knobs): i for i, point in enumerate(grid)}
+    for _ in range(1000):  # a draw no distinct assignment fits quickly is drawn again
+        quota = []
+        for values in levels:
+            extra = set(rng.choice(len(values), size=budget % len(values), replace=False).tolist())
+            quota.append([budget // len(values) + (i in extra) for i in range(len(values))])
+        rows: list[tuple[int, ...]] = []
+        if _assign(quota, rows, budget, rng, steps=[200]):
+            return [index_of[tuple(levels[k][i] for k, i in enumerate(row))] for row in rows]
+    raise VariantError(f"no balanced sample of {budget} points found in this grid")  # pragma: no cover
+
+
+def _assign(
+    quota: list[list[int]], rows: list[tuple[int, ...]], budget: int, rng: np.random.Generator, steps: list[int]
+) -> bool:
+    """Extend ``rows`` (level indices per knob) to ``budget`` distinct rows within each level's ``quota``,
+    giving up after ``steps[0]`` tries (the caller then draws again)."""
+    if len(rows) == budget:
+        return True
+    options = [
+        combo
+        for combo in itertools.product(*(range(len(q)) for q in quota))
+        if combo not in rows and all(quota[k][i] > 0 for k, i in enumerate(combo))
+    ]
+    for pick in rng.permutation(len(options)):
+        steps[0] -= 1
+        if steps[0] < 0:
+            return False
+        combo = options[pick]
+        rows.append(combo)
+        for k, i in enumerate(combo):
+            quota[k][i] -= 1
+        if _assign(quota, rows, budget, rng, steps):
+            return True
+        rows.pop()
+        for k, i in enumerate(combo):
+            quota[k][i] += 1
+    return False
 
 
 @dataclass(frozen=True)

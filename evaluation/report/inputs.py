@@ -92,5 +92,5 @@ class ReportInputs:
     #: (``tuned_runs``: the variants with a search space at their selected settings)
     protocols: tuple[str, ...] = ("shared",)
     tuned_runs: list[VariantRun] = field(default_factory=list)
-    #: each tuned variant's ``selection.json`` (Tune): trials, their validation rsum, the choice
+    #: each tuned variant's ``selection.json`` (Tune): trials, their validation scores, the choice
     selections: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -1,7 +1,7 @@
-"""The report's opening section: the headline Ours − Ang+NP+Sym under each protocol that ran, side by side,
-and under the tuned protocol Ours against the strongest baseline by validation rsum and Ours (Trip) against
-Trip+NP+Sym; then how each tuned variant's trials scored on validation (table and figure), and every run the
-epoch cap stopped while it was still improving.
+"""The report's opening section: the headline Ours − Ang+NP+Sym under each protocol that ran, side by side
+(the tuned one first), and under the tuned protocol Ours against the strongest baseline by validation score
+and Ours (Trip) against Trip+NP+Sym; then each tuned variant's choice against its runner-up, its trials
+(table and figure), and every run the epoch cap stopped while it was still improving.
 
 Why the protocols side by side: a method's advantage at one shared schedule may be the baseline's
 disadvantage at that schedule. The tuned protocol gives every variant the same trial budget on validation
