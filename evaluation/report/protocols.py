@@ -200,7 +200,10 @@ def choice_sentence(selection: dict[str, Any]) -> str:
             f"{selection['label']}: **a tie** between {chosen} and {runner} (Δ {interval} on validation, not "
             "resolved); the tie rule kept the first, the higher mean."
         )
-    return f"{selection['label']}: {chosen}, ahead of the runner-up {runner} by {interval} on validation (resolved)."
+    return (
+        f"{selection['label']}: {chosen}, ahead of the runner-up {runner} by {interval} on validation (resolved "
+        "among the finished trials; a trial stopped at a rung is not in the comparison)."
+    )
 
 
 def _tuning_section(doc: Document, selections: dict[str, dict[str, Any]], figure_dir: Path | None) -> dict[str, Any]:
