@@ -22,11 +22,27 @@ import pandas as pd
 from data_recipes.embedded import build
 
 
-def make_table(out: Path, n_pairs: int, seed: int, reillustrate: float, image_size: int = 96) -> Path:
+def make_table(
+    out: Path,
+    n_pairs: int,
+    seed: int,
+    reillustrate: float,
+    image_size: int = 96,
+    boilerplate_share: float = 0.05,
+    near_duplicate_share: float = 0.05,
+) -> Path:
     """Generate the table under ``out``; returns the path of ``pairs.csv``."""
     if not 0.0 <= reillustrate <= 1.0:
         raise ValueError(f"reillustrate must be a share in [0, 1], got {reillustrate}")
-    result = build(None, out, n_pairs=n_pairs, seed=seed, image_size=image_size)
+    result = build(
+        None,
+        out,
+        n_pairs=n_pairs,
+        seed=seed,
+        image_size=image_size,
+        boilerplate_share=boilerplate_share,
+        near_duplicate_share=near_duplicate_share,
+    )
     manifest, truth = result.manifest, result.ground_truth
     rng = np.random.default_rng([seed, 1])
     images = manifest["image_path"].to_numpy().copy()
@@ -56,9 +72,20 @@ def main() -> None:
     parser.add_argument("--n-pairs", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--reillustrate", type=float, default=0.4, help="share of pairs given another picture of their topic")
+    parser.add_argument("--boilerplate-share", type=float, default=0.05, help="site notices (0: none)")
+    parser.add_argument("--near-duplicate-share", type=float, default=0.05, help="republished copies (0: none)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    print(make_table(args.out.resolve(), args.n_pairs, args.seed, args.reillustrate))
+    print(
+        make_table(
+            args.out.resolve(),
+            args.n_pairs,
+            args.seed,
+            args.reillustrate,
+            boilerplate_share=args.boilerplate_share,
+            near_duplicate_share=args.near_duplicate_share,
+        )
+    )
 
 
 if __name__ == "__main__":

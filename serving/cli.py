@@ -4,7 +4,8 @@
     crossmodal index BUNDLE --images DIR | --table pairs.csv --out INDEX [--backend auto|exact|annoy|hnsw|pq]
     crossmodal search INDEX --text "..." | --image PATH [-k 10] [--against image|text] [--json]
     crossmodal serve INDEX [--host 127.0.0.1 --port 8000]
-    crossmodal evaluate BUNDLE [BUNDLE ...] --table pairs.csv --out DIR
+    crossmodal evaluate BUNDLE [BUNDLE ...] [--open-clip MODEL:PRETRAINED ...] --table pairs.csv --out DIR
+    crossmodal audit BUNDLE --table pairs.csv --out DIR [--flag-share 0.05]
 
 Errors a user can fix (a missing or corrupt bundle, a bundle that does not match the index, a query the
 model cannot read) print one line and exit with status 2; nothing prints a traceback for them.
@@ -116,18 +117,48 @@ def _search(args: argparse.Namespace) -> None:
         print(f"{hit.rank:>3}  {hit.score:+.4f}  {hit.item_id}  {text[:100]}")
 
 
+def _audit(args: argparse.Namespace) -> None:
+    from serving.audit import AuditSettings, audit
+
+    settings = AuditSettings(k=args.k, weights=tuple(args.weights))
+    if not Path(args.table).exists():
+        raise FileNotFoundError(f"no table at {args.table}")
+    summary = audit(Path(args.bundle), Path(args.table), Path(args.out), settings, args.flag_share, args.top)
+    print(
+        f"Audited {summary['n_scored']} pairs of {args.table} ({summary['table']['n_rejected']} rejected): "
+        f"{Path(args.out) / 'audit.csv'}, {Path(args.out) / 'report.md'}"
+        + (f"; {summary['n_flagged']} flagged, the rest in {Path(args.out) / 'filtered_pairs.csv'}" if "n_flagged" in summary else "")
+    )
+
+
 def _evaluate(args: argparse.Namespace) -> None:
     import time
 
-    from serving.table_evaluation import evaluate_bundles
+    from serving.open_clip_baseline import load_baselines
+    from serving.table_evaluation import EvaluationError, evaluate_bundles
 
+    if not args.bundles and not args.open_clip:
+        raise EvaluationError("nothing to score: give a bundle or --open-clip MODEL:PRETRAINED")
+    if args.redraws < 1 or any(k < 1 for k in args.recall_k):
+        raise EvaluationError(f"--redraws and --recall-k must be positive, got {args.redraws} and {args.recall_k}")
+    if not Path(args.table).exists():
+        raise FileNotFoundError(f"no table at {args.table}")
     started = time.perf_counter()
+    # every baseline's weights are found (or fetched) and loaded before the table is read
+    baselines = load_baselines(args.open_clip or [])
     payload = evaluate_bundles(
-        [Path(b) for b in args.bundles], Path(args.table), Path(args.out), args.redraws, progress=True
+        [Path(b) for b in args.bundles],
+        Path(args.table),
+        Path(args.out),
+        args.redraws,
+        progress=True,
+        baselines=baselines,
+        recall_ks=tuple(args.recall_k),
+        dataset_name=args.dataset_name,
     )
     table = payload["table"]
     print(
-        f"Scored {len(payload['bundles'])} bundle(s) on {table['n_kept']} pairs of {args.table} "
+        f"Scored {len(payload['bundles'])} model(s) on {table['n_kept']} pairs of {args.table} "
         f"({table['n_rejected']} rejected) in {time.perf_counter() - started:.1f} s: {Path(args.out) / 'report.md'}"
     )
     for bundle in payload["bundles"]:
@@ -224,16 +255,40 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="warning")
     serve.set_defaults(run=_serve)
 
-    evaluate = commands.add_parser("evaluate", help="score bundles on a labelled image-text table")
+    evaluate = commands.add_parser("evaluate", help="score bundles and CLIP baselines on a labelled image-text table")
     evaluate.add_argument(
-        "bundles", nargs="+", help="model bundles; the first is the one the others are compared with"
+        "bundles", nargs="*", help="model bundles; the first model is the one the others are compared with"
     )
+    evaluate.add_argument(
+        "--open-clip",
+        action="append",
+        metavar="MODEL:PRETRAINED",
+        help="an open_clip baseline, e.g. ViT-B-32:laion2b_s34b_b79k or ViT-B-32:/path/weights.pt (repeatable; "
+        "pip install -e '.[clip]')",
+    )
+    evaluate.add_argument(
+        "--recall-k", type=int, nargs="+", default=[1, 5, 10], help="k's of the CLIP_benchmark-shaped recall@k"
+    )
+    evaluate.add_argument("--dataset-name", help="the dataset name in the CLIP_benchmark JSONs (default: the table's name)")
     evaluate.add_argument(
         "--table", required=True, help="a table of the pairs recipe's format (csv, jsonl, parquet)"
     )
     evaluate.add_argument("--out", required=True, help="folder for metrics.json, report.md and rejects.csv")
     evaluate.add_argument("--redraws", type=int, default=5, help="distractor redraws of the n-way tasks")
     evaluate.set_defaults(run=_evaluate)
+
+    audit = commands.add_parser("audit", help="rank a table's pairs by how unlikely they belong together")
+    audit.add_argument("bundle", help="a model bundle with its Doc2Vec (crossmodal export)")
+    audit.add_argument("--table", required=True, help="a table of the pairs recipe's format (csv, jsonl, parquet)")
+    audit.add_argument("--out", required=True, help="folder for audit.csv, report.md, rejects.csv")
+    audit.add_argument("--k", type=int, default=10, help="neighbors per side")
+    audit.add_argument(
+        "--weights", type=float, nargs=3, default=[1.0, 1.0, 1.0], metavar=("CROSS", "IMAGE_NBHD", "TEXT_NBHD"),
+        help="weights of the standardised components",
+    )
+    audit.add_argument("--flag-share", type=float, help="also write filtered_pairs.csv without this share of pairs")
+    audit.add_argument("--top", type=int, default=24, help="pairs shown as thumbnails in report.md")
+    audit.set_defaults(run=_audit)
     return top
 
 
@@ -251,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from serving.bundle import BundleError
     from serving.embed import QueryError
     from serving.index import GalleryIndexError
+    from serving.open_clip_baseline import OpenClipError
     from serving.table_evaluation import EvaluationError
 
     try:
@@ -262,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ImageRejected,
         ManifestError,
         EvaluationError,
+        OpenClipError,
         FileNotFoundError,
         FileExistsError,
     ) as error:

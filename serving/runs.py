@@ -83,7 +83,9 @@ def find_train_dir(
     if protocol == "tuned":
         trains = tuned_train_dirs(source, variant)
         if not trains:
-            raise BundleError(f"{source} holds no tuned run of variant {variant!r}; run FullRun --protocol both")
+            raise BundleError(
+                f"{source} holds no tuned run of variant {variant!r}; run FullRun --protocol both"
+            )
     else:
         trains = [p.parent for p in (source / "Train").glob(f"*/{META_FILE}")]
         trains = [t for t in trains if _meta(t)["params"]["variant"] == variant]
@@ -149,3 +151,16 @@ def parts_from_train_dir(train_dir: Path) -> BundleParts:
             "dataset": meta["params"]["dataset"],
         },
     )
+
+
+def split_of_train_dir(train_dir: Path) -> tuple[Path, Path | None]:
+    """The ``Split`` manifest a Train output trained on, and its data's ground truth (the embedded recipe
+    writes one; other recipes none)."""
+    train_dir = Path(train_dir)
+    run_root = train_dir.parent.parent
+    upstream = _meta(train_dir)["upstream"]
+    split = _output(_sibling(run_root, upstream["Split"]), "manifest")
+    prepared = _sibling(run_root, upstream["PrepareDataset"])
+    outputs = _meta(prepared).get("outputs", {})
+    truth = prepared / outputs["ground_truth"] if "ground_truth" in outputs else None
+    return split, truth if truth is not None and truth.exists() else None

@@ -7,7 +7,11 @@ recipe, ``validate_records``, the image cache: the same reject reasons, into ``r
 embeds the kept pairs through the one inference path; the scores are the pipeline's own metric functions
 (:mod:`evaluation.table_scores`): n-way Recall@1 where the table is large enough, full-ranking R@1/5/10,
 median rank and rsum in both directions, with 95% bootstrap intervals over items, neighbor preservation at
-k = 10 when the bundle carries its run's Doc2Vec, and each bundle's paired difference from the first.
+k = 10 when the bundle carries its run's Doc2Vec, and each model's paired difference from the first.
+
+CLIP-family baselines (``--open-clip``, :mod:`serving.open_clip_baseline`) are scored beside the bundles by
+the same functions, each through its own image transform and tokenizer (neighbor preservation against the
+first bundle's Doc2Vec); every model also gets a CLIP_benchmark-shaped JSON (:mod:`evaluation.clip_benchmark`).
 """
 
 from __future__ import annotations
@@ -28,14 +32,27 @@ from data_recipes import build_recipe
 from data_recipes.image_cache import build_image_cache
 from data_recipes.manifest import check_manifest_columns, image_ids, integer_group_ids, resolve_image_paths
 from data_recipes.validate import reject_counts, validate_records
+from evaluation.clip_benchmark import (
+    DEFAULT_RECALL_KS,
+    benchmark_filename,
+    benchmark_record,
+    retrieval_recalls,
+)
+from evaluation.protocol import retrieval_layout
 from evaluation.table_scores import BOOTSTRAP_RESAMPLES, paired_differences, score_table
 from models.doc2vec import infer_vectors
 from serving.bundle import Bundle, load_bundle
 from serving.embed import Embedder
+from serving.open_clip_baseline import OpenClipModel
 from serving.table_report import write_report
 
 #: fewer valid rows than this cannot be scored (a 5-way task needs 4 distractors per query)
 MIN_ROWS = 5
+#: the thumbnail size a table is decoded at when only CLIP baselines score it (they read the files; the decode
+#: rejects what no model could read, as for a bundle)
+VALIDATION_CACHE_SIZE = 32
+#: CLIP_benchmark-shaped results go to this folder of ``--out``
+CLIP_BENCHMARK_DIR = "clip_benchmark"
 
 
 class EvaluationError(ValueError):
@@ -104,34 +121,100 @@ def doc2vec_vectors(bundle: Bundle, texts: list[str]) -> tuple[np.ndarray | None
     return infer_vectors(model, [tokenize(text) for text in texts], epochs), ""
 
 
+@dataclass
+class BundleModel:
+    """A model bundle scored on a table."""
+
+    path: Path
+    bundle: Bundle
+
+    @property
+    def label(self) -> str:
+        return self.bundle.manifest["variant"]["label"]
+
+    @property
+    def cache_size(self) -> int | None:
+        return int(self.bundle.image["cache_size"])
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": "bundle", "bundle": str(self.path), "source": self.path.name, "bundle_id": self.bundle.bundle_id}
+
+    def benchmark_names(self) -> tuple[str, str]:
+        """(model, pretrained) for a CLIP_benchmark record: the variant and the bundle's id."""
+        return self.bundle.manifest["variant"]["name"], self.bundle.bundle_id
+
+    def embed(self, table: ValidatedTable, device: torch.device, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+        return embed_table(self.bundle, table, device, progress)
+
+
+@dataclass
+class ClipModel:
+    """A CLIP-family baseline scored on a table (its own transform reads the image files)."""
+
+    model: OpenClipModel
+
+    @property
+    def label(self) -> str:
+        return self.model.label
+
+    cache_size = None
+
+    def record(self) -> dict[str, Any]:
+        spec = self.model.spec
+        return {"kind": "open_clip", "open_clip": {"model": spec.model, "pretrained": spec.pretrained}, "source": "open_clip"}
+
+    def benchmark_names(self) -> tuple[str, str]:
+        return self.model.spec.model, self.model.spec.pretrained
+
+    def embed(self, table: ValidatedTable, device: torch.device, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+        image = self.model.embed_images(table.pairs["image_path"].tolist(), progress)
+        return image, self.model.embed_texts(table.pairs["text"].tolist(), progress)
+
+
 def evaluate_bundles(
-    bundle_paths: list[Path], table_path: Path, out: Path, redraws: int = 5, device: torch.device | None = None,
+    bundle_paths: list[Path],
+    table_path: Path,
+    out: Path,
+    redraws: int = 5,
+    device: torch.device | None = None,
     progress: bool = False,
+    baselines: list[OpenClipModel] | None = None,
+    recall_ks: tuple[int, ...] = DEFAULT_RECALL_KS,
+    dataset_name: str | None = None,
 ) -> dict[str, Any]:
-    """Score every bundle on the table; write ``metrics.json``, ``report.md`` and ``rejects.csv`` into
-    ``out``; return what ``metrics.json`` holds."""
+    """Score every bundle, then every CLIP baseline, on the table; write ``metrics.json``, ``report.md``,
+    ``rejects.csv`` and one CLIP_benchmark JSON per model (``clip_benchmark/``) into ``out``; return what
+    ``metrics.json`` holds. The first model is the one the others are compared with."""
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    bundles = [load_bundle(path) for path in bundle_paths]
+    models: list[BundleModel | ClipModel] = [BundleModel(Path(path), load_bundle(path)) for path in bundle_paths]
+    models += [ClipModel(baseline) for baseline in baselines or []]
+    if not models:
+        raise EvaluationError("nothing to score: give a bundle or --open-clip MODEL:PRETRAINED")
+    sizes = {m.cache_size for m in models if m.cache_size is not None} or {VALIDATION_CACHE_SIZE}
     with tempfile.TemporaryDirectory(prefix="crossmodal-evaluate-") as work:
-        table = read_table(table_path, {int(b.image["cache_size"]) for b in bundles}, Path(work))
+        table = read_table(table_path, sizes, Path(work))
     pairs = table.pairs
     group_ids = integer_group_ids(pairs).to_numpy()
     images, texts = image_ids(pairs), pairs["text"].to_numpy()
-    results, outcomes = [], []
-    for path, bundle in zip(bundle_paths, bundles, strict=True):
-        image, text = embed_table(bundle, table, device, progress)
-        doc_vectors, skipped = doc2vec_vectors(bundle, texts.tolist())
+    layout = retrieval_layout(group_ids, images, texts)
+    dataset = dataset_name or Path(table_path).stem
+    # neighbor preservation of a CLIP baseline is measured against the first bundle's Doc2Vec
+    shared_vectors, shared_skip = None, "no bundle with a Doc2Vec model was given"
+    results, outcomes, benchmarks = [], [], []
+    for model in models:
+        image, text = model.embed(table, device, progress)
+        if isinstance(model, BundleModel):
+            doc_vectors, skipped = doc2vec_vectors(model.bundle, texts.tolist())
+            if shared_vectors is None and doc_vectors is not None:
+                shared_vectors, shared_skip = doc_vectors, ""
+        else:
+            doc_vectors, skipped = shared_vectors, shared_skip
         scores, per_query = score_table(image, text, group_ids, images, texts, redraws, doc_vectors)
         results.append(
-            {
-                "bundle": str(path),
-                "label": bundle.manifest["variant"]["label"],
-                "bundle_id": bundle.bundle_id,
-                **scores,
-                **({"neighbor_preservation_skipped": skipped} if skipped else {}),
-            }
+            {"label": model.label, **model.record(), **scores, **({"neighbor_preservation_skipped": skipped} if skipped else {})}
         )
         outcomes.append(per_query)
+        benchmarks.append(benchmark_record(dataset, *model.benchmark_names(), retrieval_recalls(image, text, layout, recall_ks)))
     for result, per_query in zip(results[1:], outcomes[1:], strict=True):
         result["difference_from_first"] = paired_differences(per_query, outcomes[0])
     payload = {
@@ -140,9 +223,13 @@ def evaluate_bundles(
         "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
         "device": str(device),
         "bundles": results,
+        "clip_benchmark": [benchmark_filename(record) for record in benchmarks],
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    for record in benchmarks:
+        with atomic_path(out / CLIP_BENCHMARK_DIR / benchmark_filename(record)) as tmp:
+            tmp.write_text(json.dumps(record) + "\n")
     with atomic_path(out / "metrics.json") as tmp:
         tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     with atomic_path(out / "rejects.csv") as tmp:

@@ -31,7 +31,7 @@ def report_document(payload: dict[str, Any]) -> Document:
     metrics = list(dict.fromkeys(name for bundle in bundles for name in bundle["metrics"]))
     doc.heading("Scores")
     doc.table(
-        ["Metric", *[f"{b['label']} ({Path(b['bundle']).name})" for b in bundles]],
+        ["Metric", *[f"{b['label']} ({b.get('source') or Path(b['bundle']).name})" for b in bundles]],
         [[name, *[_cell(b["metrics"][name]) if name in b["metrics"] else "–" for b in bundles]] for name in metrics],
         caption="Mean (median for ranks) with its 95% interval. rsum: R@1 + R@5 + R@10 of both directions, in percent.",
     )
@@ -43,7 +43,7 @@ def report_document(payload: dict[str, Any]) -> Document:
             doc.paragraph(f"{bundle['label']}: neighbor preservation skipped: {bundle['neighbor_preservation_skipped']}.")
     first = bundles[0]
     for bundle in bundles[1:]:
-        doc.heading(f"{bundle['label']} − {first['label']}")
+        doc.heading(f"{bundle['label']} − {first['label']} (the first model)")
         doc.table(
             ["Metric", "Δ", "95% CI", "p"],
             [
@@ -51,6 +51,12 @@ def report_document(payload: dict[str, Any]) -> Document:
                 for name, d in bundle["difference_from_first"].items()
             ],
             caption="Paired by item (the same pairs, the same distractors); an interval containing 0 is not resolved.",
+        )
+    if payload.get("clip_benchmark"):
+        doc.paragraph(
+            "CLIP_benchmark-shaped results (one JSON per model, `clip_benchmark build` merges them with other runs): "
+            + ", ".join(f"`clip_benchmark/{name}`" for name in payload["clip_benchmark"])
+            + "."
         )
     return doc
 

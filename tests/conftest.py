@@ -21,3 +21,30 @@ def smoke_run(tmp_path_factory):
     task = FullRun(profile="smoke", run_root=str(root))
     result, ran = build([task])
     return task, result, ran, root
+
+
+@pytest.fixture(scope="session")
+def smoke_test_table(smoke_run, tmp_path_factory):
+    """The smoke run's test split as a pairs table (its cached thumbnails as PNG files), plus two bad rows,
+    and the SearchIndex's bundle (Ours, seed 0)."""
+    task, _, _, root = smoke_run
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+
+    search_index = task.requires().search_index()
+    manifest = search_index.requires()["split"].manifest()
+    test = manifest[manifest["split"] == "test"]
+    images = search_index.requires()["prepared"].images()
+    folder = tmp_path_factory.mktemp("table")
+    rows = []
+    for pair_id, row, text in zip(test["pair_id"], test["cache_row"], test["text"], strict=True):
+        Image.fromarray(np.asarray(images[row])).save(folder / f"{pair_id}.png")
+        rows.append({"pair_id": pair_id, "image_path": f"{pair_id}.png", "text": text})
+    (folder / "page.png").write_text("<html>not a photo</html>")
+    bad = [
+        {"pair_id": "html", "image_path": "page.png", "text": "a caption whose image is a web page"},
+        {"pair_id": "blank", "image_path": rows[0]["image_path"], "text": "   "},
+    ]
+    pd.DataFrame(rows + bad).to_csv(folder / "pairs.csv", index=False)
+    return folder, search_index, len(rows)
