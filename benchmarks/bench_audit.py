@@ -19,7 +19,6 @@ original are audited: the model never trained on them. Any bundle and clean tabl
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from result_files import write_results
 from scipy.stats import rankdata
 from scipy.stats import t as t_distribution
 
@@ -253,11 +253,7 @@ def main() -> None:
         "seeds": seeds,
         "shares": results,
     }
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
-    if args.markdown:
-        Path(args.markdown).write_text(markdown + "\n")
+    write_results(payload, markdown, args.json, args.markdown)
 
 
 if __name__ == "__main__":

@@ -145,6 +145,26 @@ def loader_rate(trainer: Trainer, warmup: int, steps: int) -> float:
     return images / (time.perf_counter() - started)
 
 
+def single_process_rates(
+    settings, data: PairData, n_train: int, device: torch.device, warmup: int, steps: int, inspect=None
+) -> tuple[dict[str, float], str, int, dict]:
+    """Images/s of the plain fp32 loop, the fast loop, the step alone and the loader alone; the fast loop's
+    autocast dtype and loader threads; and what ``inspect(fast_trainer)`` returns (``{}`` without one)."""
+    rates = {}
+    with tempfile.TemporaryDirectory() as work:
+        plain = build_trainer(replace(settings, **PLAIN_FP32), data, n_train, Path(work), device)
+        rates["plain_fp32_loop"] = loop_rate(plain, warmup, steps)
+        del plain
+        fast = build_trainer(settings, data, n_train, Path(work), device)
+        rates["fast_loop"] = loop_rate(fast, warmup, steps)
+        rates["compute_only"] = compute_rate(fast, warmup, steps)
+        rates["loader_only"] = loader_rate(fast, warmup, steps)
+        extra = inspect(fast) if inspect is not None else {}
+        amp = str(fast.setup.amp_dtype).replace("torch.", "") if fast.setup.amp_dtype else "fp32"
+        workers = fast.loader.settings.num_workers
+    return rates, amp, workers, extra
+
+
 def settings_for(args) -> object:
     return replace(
         PAPER.train,
@@ -189,18 +209,7 @@ def main() -> None:
     settings = settings_for(args)
     data = synthetic_pairs(args.pairs, args.image_size, settings.max_text_tokens)
     n_train = args.pairs - 64
-    rates = {}
-    with tempfile.TemporaryDirectory() as work:
-        plain = build_trainer(replace(settings, **PLAIN_FP32), data, n_train, Path(work), device)
-        rates["plain_fp32_loop"] = loop_rate(plain, args.warmup, args.steps)
-        del plain
-        fast = build_trainer(settings, data, n_train, Path(work), device)
-        rates["fast_loop"] = loop_rate(fast, args.warmup, args.steps)
-        rates["compute_only"] = compute_rate(fast, args.warmup, args.steps)
-        rates["loader_only"] = loader_rate(fast, args.warmup, args.steps)
-        amp = str(fast.setup.amp_dtype).replace("torch.", "") if fast.setup.amp_dtype else "fp32"
-        workers = fast.loader.settings.num_workers
-        del fast
+    rates, amp, workers, _ = single_process_rates(settings, data, n_train, device, args.warmup, args.steps)
     if args.processes > 1:
         with tempfile.TemporaryDirectory() as work:
             out = Path(work) / "rank0.json"

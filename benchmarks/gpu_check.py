@@ -33,10 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_train_throughput import (  # noqa: E402
     PLAIN_FP32,
     build_trainer,
-    compute_rate,
-    loader_rate,
-    loop_rate,
     plans,
+    single_process_rates,
     synchronize,
     synthetic_pairs,
 )
@@ -167,6 +165,14 @@ def step_profile(trainer, steps: int = 10, top: int = 12) -> dict:
     }
 
 
+def safe_step_profile(trainer) -> dict:
+    """:func:`step_profile`, or the error it raised: a diagnosis must not cost the measurements."""
+    try:
+        return step_profile(trainer)
+    except Exception as error:  # noqa: BLE001
+        return {"error": repr(error)}
+
+
 def throughput(args, settings) -> dict:
     # what training runs under: PyTorch's defaults (TF32 in cuDNN convolutions, not in matrix products)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -174,21 +180,9 @@ def throughput(args, settings) -> dict:
     device = torch.device("cuda")
     data = synthetic_pairs(args.pairs, settings.image_size, settings.max_text_tokens)
     n_train = args.pairs - 64
-    rates = {}
-    with tempfile.TemporaryDirectory() as work:
-        plain = build_trainer(replace(settings, **PLAIN_FP32), data, n_train, Path(work), device)
-        rates["plain_fp32_loop"] = loop_rate(plain, args.warmup, args.steps)
-        del plain
-        fast = build_trainer(settings, data, n_train, Path(work), device)
-        rates["fast_loop"] = loop_rate(fast, args.warmup, args.steps)
-        rates["compute_only"] = compute_rate(fast, args.warmup, args.steps)
-        rates["loader_only"] = loader_rate(fast, args.warmup, args.steps)
-        try:  # a diagnosis: its failure must not cost the measurements above
-            profile = step_profile(fast)
-        except Exception as error:  # noqa: BLE001
-            profile = {"error": repr(error)}
-        amp = str(fast.setup.amp_dtype).replace("torch.", "") if fast.setup.amp_dtype else "fp32"
-        workers = fast.loader.settings.num_workers
+    rates, amp, workers, profile = single_process_rates(
+        settings, data, n_train, device, args.warmup, args.steps, inspect=safe_step_profile
+    )
     return {
         "profile_of_fast_step": profile,
         "image_size": settings.image_size,

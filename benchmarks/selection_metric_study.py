@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from result_files import write_results
 
 from evaluation.selection_metrics import QueryRanks, candidate_metrics
 
@@ -303,11 +304,7 @@ def main() -> None:
     }
     text = markdown(report, args.title)
     print(text)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
-    if args.markdown:
-        Path(args.markdown).write_text(text + "\n")
+    write_results(payload, text, args.json, args.markdown)
 
 
 if __name__ == "__main__":
