@@ -36,7 +36,7 @@ def create_temp_file(folder: Path, prefix: str, suffix: str) -> Path:
 @contextmanager
 def atomic_path(final: Path) -> Iterator[Path]:
     """Yield a temporary path (an existing empty file) in ``final``'s folder; move it over ``final`` only if
-    the block succeeds, else remove it. Write to it by name or through an open handle (``np.save`` given
+    the block succeeds, else remove it; a full disk is an ``ENOSPC`` ``OSError`` naming ``final``. Write to it by name or through an open handle (``np.save`` given
     a *name* appends ``.npy``: give it a handle)."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -44,6 +44,11 @@ def atomic_path(final: Path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, final)
+    except OSError as error:
+        # a write through an open handle fails with a bare "[Errno 28]": name the file being written
+        if error.errno == errno.ENOSPC and not error.filename:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(final)) from error
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -127,3 +132,31 @@ def write_npy_through_memmap(
         fill(array)
         array.flush()
         del array
+
+
+#: below this many free bytes a failed write is taken as a full disk (see :func:`native_write`)
+FULL_DISK_FREE_BYTES = 1 << 20
+
+
+def disk_is_full(folder: Path) -> bool:
+    """Whether the file system holding ``folder`` has (next to) no free space left."""
+    try:
+        return shutil.disk_usage(folder).free < FULL_DISK_FREE_BYTES
+    except OSError:
+        return False
+
+
+@contextmanager
+def native_write(path: Path) -> Iterator[None]:
+    """Around a write done by C or C++ code (Annoy's ``save``, faiss's ``write_index``, torch's zip writer),
+    whose failure on a full disk is a ``RuntimeError`` ("basic_ios::clear: iostream error") or an ``OSError``
+    without an errno: when the disk holding ``path`` is full at that moment, it is re-raised as the
+    ``ENOSPC`` ``OSError`` a Python write would give, naming ``path``; any other failure as it was."""
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            raise
+        if disk_is_full(Path(path).parent):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from error
+        raise

@@ -80,6 +80,9 @@ class DiskFullError(OSError):
     """``ENOSPC`` with the path that could not be written: the bare ``[Errno 28] No space left on device``
     of a ``write()`` names no file, and a user needs to know which disk (run root, temp dir) filled up."""
 
+    def __str__(self) -> str:  # the message alone: it already says what "[Errno 28]" would
+        return str(self.strerror)
+
 
 def disk_full(path: Path | str, cause: OSError) -> DiskFullError:
     """A :class:`DiskFullError` for ``path`` (built from ``(errno, message)`` only, so it pickles)."""

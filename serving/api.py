@@ -1,13 +1,16 @@
 """The JSON API and the web page of ``crossmodal serve`` (FastAPI; see docs/serving.md for the endpoints).
 
 Every input a user can get wrong is answered with a 4xx and ``{"error": message, "reason": code}``, never a
-crash: the app keeps answering. Model inference runs in FastAPI's thread pool (the endpoints are plain
+crash: the app keeps answering. Bodies are read no further than their limit; a server bound off the loopback
+interface requires its token (serving/access.py); item paths are shown relative to the gallery root. Model inference runs in FastAPI's thread pool (the endpoints are plain
 functions), so concurrent requests queue there instead of blocking the event loop.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import os
 import tempfile
 from dataclasses import dataclass
 from importlib import resources
@@ -20,9 +23,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from PIL import Image
-from pydantic import BaseModel
 
 from data_recipes.validate import DEFAULT_MAX_PIXELS, ImageRejected
+from serving.access import PUBLIC_PREFIXES, TOKEN_COOKIE, TOKEN_HEADER, Access
 from serving.embed import QueryError
 from serving.search import MAX_K, Hit, Searcher, UnknownItem
 
@@ -37,6 +40,14 @@ class ServeSettings:
     max_upload_bytes: int = 10 * 1024 * 1024
     #: largest decoded image (pixels), as the pipeline's decompression-bomb check
     max_image_pixels: int = DEFAULT_MAX_PIXELS
+    #: largest JSON query body (a text or a vector query; 413 above it)
+    max_query_bytes: int = 1024 * 1024
+    #: the token every route but the static files requires (serving/access.py)
+    access: Access = Access(None)
+    #: item paths as stored (absolute); by default relative to the gallery root
+    absolute_paths: bool = False
+    #: serve /openapi.json and a page listing the endpoints (/docs, from the package; no CDN)
+    api_docs: bool = False
 
 
 class ApiError(Exception):
@@ -45,22 +56,59 @@ class ApiError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-class VectorQuery(BaseModel):
-    vector: list[float] | list[list[float]]
-    k: int = 10
-    against: str = "image"
+class PathDisplay:
+    """Item paths as the API shows them: relative to the gallery root (the deepest folder holding every
+    item), so a server does not tell its clients where its files live; as stored with ``absolute``."""
 
+    def __init__(self, paths: list[str], absolute: bool) -> None:
+        self.absolute = absolute
+        folders = [os.path.dirname(p) for p in paths if os.path.isabs(p)]
+        self.root = os.path.commonpath(folders) if folders else None
 
-def _results(query: dict[str, Any], hits: list[Hit]) -> dict[str, Any]:
-    return {"query": query, "results": [hit.as_dict() for hit in hits]}
+    def __call__(self, path: str) -> str:
+        if self.absolute or self.root is None or not os.path.isabs(path):
+            return path
+        return os.path.relpath(path, self.root)
 
 
 def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> FastAPI:
     settings = settings or ServeSettings()
-    app = FastAPI(title="crossmodal search", version="1")
+    app = FastAPI(
+        title="crossmodal search",
+        version="1",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if settings.api_docs else None,
+    )
+    display = PathDisplay(searcher.index.items["path"].astype(str).tolist(), settings.absolute_paths)
 
     def error(status: int, reason: str, message: str) -> JSONResponse:
         return JSONResponse(status_code=status, content={"error": message, "reason": reason})
+
+    def results(query: dict[str, Any], hits: list[Hit]) -> dict[str, Any]:
+        return {"query": query, "results": [{**hit.as_dict(), "path": display(hit.path)} for hit in hits]}
+
+    @app.middleware("http")
+    async def require_token(request: Request, call_next):  # noqa: ANN001, ANN202 - Starlette's signature
+        access = settings.access
+        if access.token is None or request.url.path.startswith(PUBLIC_PREFIXES):
+            return await call_next(request)
+        authorization = request.headers.get("authorization", "")
+        bearer = authorization[7:] if authorization.lower().startswith("bearer ") else None
+        in_query = request.query_params.get("token")
+        presented = [bearer, request.headers.get(TOKEN_HEADER), in_query, request.cookies.get(TOKEN_COOKIE)]
+        if not access.allows(presented):
+            return error(
+                401,
+                "unauthorized",
+                "this server needs its token: open the address crossmodal serve printed (…/?token=…), or send "
+                "'Authorization: Bearer TOKEN'",
+            )
+        response = await call_next(request)
+        if in_query is not None and request.url.path == "/":
+            # the page's own requests (fetch, <img>) then carry the token without it in every URL
+            response.set_cookie(TOKEN_COOKIE, access.token, httponly=True, samesite="strict")
+        return response
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -85,15 +133,31 @@ def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> Fas
 
     @app.get("/api/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", **searcher.summary(), "max_upload_bytes": settings.max_upload_bytes}
+        return {
+            "status": "ok",
+            **searcher.summary(),
+            "max_upload_bytes": settings.max_upload_bytes,
+            "max_query_bytes": settings.max_query_bytes,
+            "paths": "absolute" if settings.absolute_paths else "relative to the gallery root",
+        }
 
     @app.get("/api/search/text")
     def search_text(
-        q: str = Query(..., description="the query text"),
+        q: str = Query(..., description="the query text (long texts: POST the same as JSON)"),
         k: int = Query(10, ge=1, le=MAX_K),
         against: str = Query("image", pattern="^(image|text)$"),
     ) -> dict[str, Any]:
-        return _results({"text": q, "k": k, "against": against}, searcher.by_text(q, k, against))
+        return results({"text": q, "k": k, "against": against}, searcher.by_text(q, k, against))
+
+    @app.post("/api/search/text")
+    async def search_text_body(request: Request) -> dict[str, Any]:
+        """``{"q": TEXT, "k": 10, "against": "image"}``: a query too long for a URL (a whole article)."""
+        body = await json_body(request, settings.max_query_bytes)
+        text, k, against = body.get("q"), _k(body), body.get("against", "image")
+        if not isinstance(text, str):
+            raise ApiError(400, "no_text", 'send the query text as a string in "q"')
+        hits = await run_in_threadpool(searcher.by_text, text, k, against)
+        return results({"text": text[:200], "k": k, "against": against}, hits)
 
     @app.get("/api/search/item")
     def search_item(
@@ -101,12 +165,17 @@ def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> Fas
         k: int = Query(10, ge=1, le=MAX_K),
         against: str | None = Query(None, pattern="^(image|text)$"),
     ) -> dict[str, Any]:
-        return _results({"item": id, "k": k, "against": against}, searcher.by_item(id, k, against))
+        return results({"item": id, "k": k, "against": against}, searcher.by_item(id, k, against))
 
     @app.post("/api/search/vector")
-    def search_vector(body: VectorQuery) -> dict[str, Any]:
-        hits = searcher.by_vector(body.vector, body.k, body.against)
-        return _results({"vector": "given", "k": body.k, "against": body.against}, hits)
+    async def search_vector(request: Request) -> dict[str, Any]:
+        """``{"vector": [D] or [K, D] numbers, "k": 10, "against": "image"}``."""
+        body = await json_body(request, settings.max_query_bytes)
+        if "vector" not in body:
+            raise ApiError(400, "no_vector", 'send the query embedding as "vector": [D] or [K, D] numbers')
+        k, against = _k(body), body.get("against", "image")
+        hits = await run_in_threadpool(searcher.by_vector, body["vector"], k, against)
+        return results({"vector": "given", "k": k, "against": against}, hits)
 
     @app.post("/api/search/image")
     async def search_image(
@@ -127,7 +196,7 @@ def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> Fas
         if len(data) > settings.max_upload_bytes:
             raise ApiError(413, "too_large", _too_large(len(data), settings.max_upload_bytes))
         hits = await run_in_threadpool(_search_upload, searcher, data, k, against, settings.max_image_pixels)
-        return _results({"image": upload.filename, "k": k, "against": against}, hits)
+        return results({"image": upload.filename, "k": k, "against": against}, hits)
 
     @app.get("/api/items/thumbnail")
     def thumbnail(id: str = Query(...)) -> Response:  # noqa: A002
@@ -141,13 +210,19 @@ def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> Fas
         return {
             "item_id": id,
             "text": row["text"],
-            "path": row["path"],
+            "path": display(str(row["path"])),
             "has_image": bool(row["image_row"] >= 0),
         }
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html")
+
+    if settings.api_docs:
+
+        @app.get("/docs", include_in_schema=False)
+        def docs() -> FileResponse:
+            return FileResponse(STATIC_DIR / "api.html")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
@@ -157,10 +232,46 @@ def _too_large(size: int, limit: int) -> str:
     return f"the upload is {size} bytes; the limit is {limit} bytes (crossmodal serve --max-upload-mb)"
 
 
+def _k(body: dict[str, Any]) -> int:
+    k = body.get("k", 10)
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise ApiError(422, "invalid_request", f"k: must be an integer from 1 to {MAX_K}, got {k!r}")
+    return k
+
+
+async def json_body(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object, read no further than ``limit`` bytes (413 beyond, whatever the client
+    declared); a body that is not a JSON object is a 400."""
+    declared = request.headers.get("content-length")
+    if declared is not None and not declared.isdigit():
+        raise ApiError(400, "bad_content_length", f"Content-Length {declared!r} is not a byte count")
+    if declared is not None and int(declared) > limit:
+        raise ApiError(413, "too_large", f"the query is {declared} bytes; the limit is {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "too_large", f"the query is over {limit} bytes, the limit")
+        chunks.append(chunk)
+    try:
+        body = json.loads(b"".join(chunks))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ApiError(400, "invalid_json", f"the body is not JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "the body must be a JSON object")
+    return body
+
+
 def _search_upload(searcher: Searcher, data: bytes, k: int, against: str, max_pixels: int) -> list[Hit]:
     """Decode and validate the upload as the pipeline does (it needs a file), then search."""
     with tempfile.NamedTemporaryFile(prefix="crossmodal-upload-") as handle:
         handle.write(data)
         handle.flush()
-        pixels = searcher.embedder.decode(handle.name, max_pixels=max_pixels)
+        try:
+            pixels = searcher.embedder.decode(handle.name, max_pixels=max_pixels)
+        except ImageRejected as rejected:  # its detail names the temporary file: the client never sees it
+            detail = rejected.detail.replace(handle.name, "the upload").replace(
+                Path(handle.name).name, "the upload"
+            )
+            raise ImageRejected(rejected.reason, detail) from None
     return searcher.by_pixels(pixels, k, against)

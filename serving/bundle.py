@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.files import atomic_directory
+from common.files import atomic_directory, native_write, partial_path
 from common.tokenizer import TOKENIZER_VERSION, TOKENIZERS
 from models.backbones import Trunk, build_trunk
 from models.encoders import EncoderConfig
@@ -235,8 +235,21 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
     model.load_state_dict(state)
     manifest["embedding"]["per_item"] = _embedding_per_item(model.eval())
 
+    try:
+        _write_bundle(out, manifest, parts, state, trunk_state)
+    except BaseException:
+        # an export cannot resume: a half-written bundle folder is removed (and its space given back)
+        shutil.rmtree(partial_path(out), ignore_errors=True)
+        raise
+    return manifest
+
+
+def _write_bundle(
+    out: Path, manifest: dict[str, Any], parts: BundleParts, state: dict[str, Any], trunk_state: dict[str, Any] | None
+) -> None:
     with atomic_directory(out) as partial:
-        torch.save({"model": state, "trunk": trunk_state}, partial / WEIGHTS_FILE)
+        with native_write(partial / WEIGHTS_FILE):
+            torch.save({"model": state, "trunk": trunk_state}, partial / WEIGHTS_FILE)
         (partial / VOCAB_FILE).write_text(json.dumps(parts.vocab, sort_keys=True))
         names = [WEIGHTS_FILE, VOCAB_FILE]
         if parts.doc2vec is not None:  # gensim writes its large arrays beside the model as <file>.*.npy
@@ -249,7 +262,6 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
             json.dumps(manifest["files"], sort_keys=True).encode()
         ).hexdigest()[:16]
         (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return manifest
 
 
 def read_manifest(path: Path) -> dict[str, Any]:

@@ -14,8 +14,10 @@ model cannot read) print one line and exit with status 2; nothing prints a trace
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +49,7 @@ def _index(args: argparse.Namespace) -> None:
     from serving.bundle import load_bundle
     from serving.embed import Embedder
     from serving.gallery import folder_manifest, read_gallery, table_manifest
-    from serving.index import INDEX_FILE, GalleryIndex, embed_into
+    from serving.index import INDEX_FILE, GalleryIndex, GalleryIndexError, embed_into
 
     bundle = load_bundle(Path(args.bundle))
     out = Path(args.out)
@@ -69,6 +71,18 @@ def _index(args: argparse.Namespace) -> None:
     batch = read_gallery(
         pd.concat(manifests, ignore_index=True), int(bundle.image["cache_size"]), set(index.position_of)
     )
+    reasons = batch.rejects["reason"].value_counts().to_dict() if len(batch.rejects) else {}
+    # nothing usable: an empty index would stay empty, or every row was bad (rows already indexed are not)
+    if len(batch.items) == 0 and (len(index.items) == 0 or (reasons and "duplicate_pair_id" not in reasons)):
+        raise GalleryIndexError(
+            f"nothing to index in {', '.join(sources)}: "
+            + (
+                f"all {len(batch.rejects)} rows were skipped ({', '.join(f'{r}={n}' for r, n in reasons.items())})"
+                if reasons
+                else "it holds no items"
+            )
+            + f"; {out} is unchanged"
+        )
     entry = embed_into(index, Embedder(bundle), batch, ", ".join(sources), progress=True)
     search = index.meta["search"]
     print(
@@ -174,6 +188,7 @@ def _serve(args: argparse.Namespace) -> None:
     import torch
     import uvicorn
 
+    from serving.access import AccessError, is_loopback, resolve_access
     from serving.api import ServeSettings, create_app
     from serving.search import Searcher
 
@@ -184,15 +199,52 @@ def _serve(args: argparse.Namespace) -> None:
     import faiss
 
     faiss.omp_set_num_threads(1)
+    access = resolve_access(args.host, args.token)
+    if args.absolute_paths and not is_loopback(args.host):
+        raise AccessError(
+            f"--absolute-paths shows where the gallery's files live: only for a server on the loopback interface, "
+            f"not --host {args.host}"
+        )
     searcher = Searcher.open(Path(args.index), Path(args.bundle) if args.bundle else None)
-    settings = ServeSettings(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024))
-    summary = searcher.summary()
-    print(
-        f"Serving {summary['items']} items of {args.index} with {summary['model']} on "
-        f"http://{args.host}:{args.port}/",
-        flush=True,
+    searcher.index.load_backends()  # a damaged search structure is refused now, not at the first query
+    settings = ServeSettings(
+        max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
+        access=access,
+        absolute_paths=args.absolute_paths,
+        api_docs=args.api_docs,
     )
-    uvicorn.run(create_app(searcher, settings), host=args.host, port=args.port, log_level=args.log_level)
+    app = create_app(searcher, settings)
+    listening = bind_socket(args.host, args.port)  # the address is printed only once it is ours
+    summary = searcher.summary()
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    address = f"http://{shown}:{listening.getsockname()[1]}/"
+    print(f"Serving {summary['items']} items of {args.index} with {summary['model']} on {address}", flush=True)
+    if access.token is not None:
+        where = "a generated token (printed once; --token or $CROSSMODAL_TOKEN to choose one)" if access.generated else "its token"
+        print(f"Every request needs {where}: open {address}?token={access.token}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))
+    server.run(sockets=[listening])
+
+
+#: exit status of a command that ran out of disk (2: a mistake in the input or the arguments)
+DISK_FULL_STATUS = 3
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (port 0: any free one), or a one-line error (the address in use, a
+    host that does not resolve) before anything is printed as served."""
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listening = socket.socket(family, kind, protocol)
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(address)
+    except OSError as error:
+        raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    return listening
+
+
+class ServeError(OSError):
+    """The server cannot listen where it was asked to."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -252,6 +304,14 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-upload-mb", type=float, default=DEFAULT_MAX_UPLOAD_MB, help="largest image upload"
     )
+    serve.add_argument(
+        "--token",
+        help="the token every request must carry (default: $CROSSMODAL_TOKEN; off loopback, a generated one)",
+    )
+    serve.add_argument(
+        "--absolute-paths", action="store_true", help="show items' absolute paths (loopback only; default: relative)"
+    )
+    serve.add_argument("--api-docs", action="store_true", help="serve /openapi.json and an endpoint list at /docs")
     serve.add_argument("--log-level", default="warning")
     serve.set_defaults(run=_serve)
 
@@ -303,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser().error("index needs --images DIR and/or --table FILE")
     from data_recipes.manifest import ManifestError
     from data_recipes.validate import ImageRejected
+    from serving.access import AccessError
     from serving.bundle import BundleError
     from serving.embed import QueryError
     from serving.index import GalleryIndexError
@@ -319,11 +380,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         ManifestError,
         EvaluationError,
         OpenClipError,
+        AccessError,
+        ServeError,
         FileNotFoundError,
         FileExistsError,
     ) as error:
         print(f"crossmodal {args.command}: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        where = error.filename2 or error.filename or "the output"
+        print(f"crossmodal {args.command}: no space left on device while writing {where}; free space and run it again", file=sys.stderr)
+        return DISK_FULL_STATUS
     return 0
 
 

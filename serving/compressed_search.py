@@ -19,6 +19,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from common.files import native_write
 from serving.faiss_search import FaissSearch, add_in_chunks, every_core, flat_rows, read_checked
 
 #: dimensions per 4-bit code: 4 (one bit per dimension, 32 bytes for 256-d); 8 per code halves the scan but
@@ -86,7 +87,8 @@ class PqScanSearch(FaissSearch):
         index = faiss.IndexRefineFlat(codes)
         add_in_chunks(index, flat, "PQ codes", progress)
         if path is not None:
-            faiss.write_index(index, str(path))
+            with native_write(path):
+                faiss.write_index(index, str(path))
         return cls(index, n_items, per_item, rerank)
 
     @classmethod

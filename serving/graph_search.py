@@ -19,6 +19,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from common.files import native_write
 from serving.faiss_search import FaissSearch, add_in_chunks, flat_rows, read_checked
 
 #: neighbors per node (2*M on the bottom layer). 16, not 32: at 100k items M 32 built 1.2-1.7x slower for
@@ -59,7 +60,8 @@ class HnswSearch(FaissSearch):
         index.hnsw.efSearch = ef_search
         add_in_chunks(index, flat_rows(vectors), "HNSW graph", progress)
         if path is not None:
-            faiss.write_index(index, str(path))
+            with native_write(path):
+                faiss.write_index(index, str(path))
         return cls(index, n_items, per_item, ef_search)
 
     @classmethod

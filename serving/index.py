@@ -79,6 +79,40 @@ def _write_text(path: Path, text: str) -> None:
         tmp.write_text(text)
 
 
+def _damaged(path: Path, name: str, what: str) -> GalleryIndexError:
+    return GalleryIndexError(
+        f"{path}: {name} is {what}: the index is damaged; rebuild it with `crossmodal index` into a new folder"
+    )
+
+
+def _index_files(meta: dict[str, Any]) -> list[str]:
+    """The files an index's last write left, by its ``index.json`` (``index.json`` itself aside)."""
+    names = ["items.parquet", "thumbnails.npy", "rejects.csv", *(f"{m}_vectors.npy" for m in MODALITIES)]
+    for modality, settings in meta.get("search", {}).items():
+        spec = APPROXIMATE_BACKENDS.get(settings.get("backend"))
+        if spec is not None:
+            names.append(f"{modality}.{spec.suffix}")
+    return names
+
+
+def _check_recorded_files(path: Path, meta: dict[str, Any]) -> None:
+    """Every file ``index.json`` recorded is there with its recorded size (indexes written before sizes were
+    recorded are checked by their counts alone, in :meth:`GalleryIndex.open`)."""
+    recorded = meta.get("files")
+    if not isinstance(recorded, dict):
+        return
+    for name, size in recorded.items():
+        file = path / name
+        if not file.is_file():
+            raise _damaged(path, name, "missing")
+        if file.stat().st_size != size:
+            raise _damaged(
+                path,
+                name,
+                f"{file.stat().st_size} bytes where the index recorded {size} (cut off or replaced)",
+            )
+
+
 class GalleryIndex:
     """A loaded index; :meth:`search` answers with item positions and cosine scores."""
 
@@ -137,22 +171,38 @@ class GalleryIndex:
 
     @classmethod
     def open(cls, path: Path) -> GalleryIndex:
+        """Open the index at ``path``, checking before anything is searched that every file it recorded is
+        there, whole (the sizes ``index.json`` recorded at the last write) and readable; a damaged index is
+        one :class:`GalleryIndexError` naming the file and saying to rebuild it."""
         path = Path(path)
         if not (path / INDEX_FILE).is_file():
             raise GalleryIndexError(
                 f"{path} is not a search index (no {INDEX_FILE}); build one with `crossmodal index`"
             )
-        meta = json.loads((path / INDEX_FILE).read_text())
+        try:
+            meta = json.loads((path / INDEX_FILE).read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise _damaged(path, INDEX_FILE, f"not JSON ({error})") from None
+        if not isinstance(meta, dict):
+            raise _damaged(path, INDEX_FILE, "not a JSON object")
         if meta.get("format") != INDEX_FORMAT or meta.get("format_version") != INDEX_FORMAT_VERSION:
             raise GalleryIndexError(
                 f"{path} is index format {meta.get('format')} version {meta.get('format_version')}; this version "
                 f"of crossmodal reads {INDEX_FORMAT} version {INDEX_FORMAT_VERSION}: index the gallery again"
             )
-        items = pd.read_parquet(path / "items.parquet")
-        items["text"] = items["text"].astype(object).where(items["text"].notna(), None)
-        vectors = {m: np.load(path / f"{m}_vectors.npy") for m in MODALITIES}
-        thumbnails = np.load(path / "thumbnails.npy", mmap_mode="r")
-        rejects = pd.read_csv(path / "rejects.csv", dtype=str, keep_default_na=False)
+        _check_recorded_files(path, meta)
+        try:
+            items = pd.read_parquet(path / "items.parquet")
+            items["text"] = items["text"].astype(object).where(items["text"].notna(), None)
+            vectors = {m: np.load(path / f"{m}_vectors.npy") for m in MODALITIES}
+            thumbnails = np.load(path / "thumbnails.npy", mmap_mode="r")
+            rejects = pd.read_csv(path / "rejects.csv", dtype=str, keep_default_na=False)
+        except FileNotFoundError as error:
+            raise _damaged(path, Path(error.filename or "a file").name, "missing") from None
+        except (OSError, ValueError, EOFError, KeyError) as error:
+            raise _damaged(
+                path, "one of its files", f"unreadable ({type(error).__name__}: {error})"
+            ) from None
         index = cls(path, meta, items, vectors, thumbnails, rejects)
         counts = {"image": int((items["image_row"] >= 0).sum()), "text": int((items["text_row"] >= 0).sum())}
         if any(len(vectors[m]) != counts[m] for m in MODALITIES) or len(thumbnails) != counts["image"]:
@@ -160,6 +210,12 @@ class GalleryIndex:
                 f"{path}: the items and the stored vectors disagree (a write was cut off?); index again"
             )
         return index
+
+    def load_backends(self) -> None:
+        """Read every modality's search structure now (a server checks them before it listens)."""
+        for modality in MODALITIES:
+            if len(self.vectors[modality]):
+                self.backend(modality)
 
     def bundle_path(self) -> Path:
         return (self.path / self.meta["bundle_path"]).resolve()
@@ -262,6 +318,10 @@ class GalleryIndex:
                 "items": len(self.items),
                 "images": len(self.vectors["image"]),
                 "texts": len(self.vectors["text"]),
+                # what open() checks: a file cut off or replaced since this write is refused there
+                "files": {
+                    name: (self.path / name).stat().st_size for name in sorted(_index_files(self.meta))
+                },
             }
         )
         # written last: an index whose counts disagree with its files was cut off mid-write (open() says so)
@@ -278,9 +338,14 @@ class GalleryIndex:
             else:
                 n, per_item, width = vectors.shape
                 path = self.path / f"{modality}.{spec.suffix}"
-                self._backends[modality] = spec.search.load(
-                    path, n, per_item, width, settings[spec.search_setting]
-                )
+                try:
+                    self._backends[modality] = spec.search.load(
+                        path, n, per_item, width, settings[spec.search_setting]
+                    )
+                except (OSError, RuntimeError, ValueError, EOFError) as error:
+                    raise _damaged(
+                        self.path, path.name, f"unreadable ({type(error).__name__}: {error})"
+                    ) from None
         return self._backends[modality]
 
     def rows_to_items(self, modality: str) -> np.ndarray:

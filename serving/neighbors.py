@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from annoy import AnnoyIndex
 
+from common.files import native_write
+
 #: up to this many vectors ``auto`` searches a modality exactly, above it with the PQ scan
 #: (:mod:`serving.compressed_search`). Measured by benchmarks/bench_search.py --backends
 #: (benchmarks/results/bench_backends.md): exact search costs ~1 ms a query at 10k vectors, where the PQ scan is
@@ -113,7 +115,8 @@ class AnnoySearch:
         for row, vector in enumerate(vectors.reshape(-1, width)):
             index.add_item(row, vector)
         index.build(n_trees, n_jobs=-1)
-        index.save(str(path))
+        with native_write(path):
+            index.save(str(path))
         return cls(index, n_items, per_item, search_k, n_trees)
 
     @classmethod

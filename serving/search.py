@@ -20,6 +20,8 @@ from serving.embed import Embedder, QueryError
 from serving.index import MODALITIES, GalleryIndex
 
 MAX_K = 1000
+#: rows of one vector query (a PVSE query has K <= 4 rows; more is not a query but a batch)
+MAX_QUERY_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,37 @@ class Hit:
 
 class UnknownItem(KeyError):
     pass
+
+
+def query_vectors(vector: Any, width: int, label: str) -> np.ndarray:
+    """``vector`` (``[D]`` or ``[K, D]`` numbers) as a float32 ``[K, D]`` array of unit rows, or a :class:`QueryError` whose
+    reason says what is wrong: ``ragged_vector`` (rows of several lengths, or not numbers), ``too_many_rows``,
+    ``width_mismatch``, ``not_finite`` (NaN or infinite values), ``zero_vector`` (a row of length 0: it has
+    no direction, so every item would score 0)."""
+    try:
+        query = np.asarray(vector, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise QueryError(
+            "ragged_vector", "the vector must be a list of numbers or a list of equally long lists of numbers"
+        ) from None
+    query = np.atleast_2d(query)
+    if query.ndim != 2 or query.size == 0:
+        raise QueryError(
+            "ragged_vector", f"the vector must be [D] or [K, D] numbers, got shape {list(query.shape)}"
+        )
+    if len(query) > MAX_QUERY_ROWS:
+        raise QueryError("too_many_rows", f"a query has at most {MAX_QUERY_ROWS} rows, got {len(query)}")
+    if query.shape[1] != width:
+        raise QueryError(
+            "width_mismatch",
+            f"the index holds {width}-d embeddings of bundle {label!r}; got a query of shape {list(query.shape)}",
+        )
+    if not np.isfinite(query).all():
+        raise QueryError("not_finite", "the vector holds NaN or infinite values")
+    if (np.linalg.norm(query, axis=1) == 0).any():
+        raise QueryError("zero_vector", "a row of the vector is all zeros: it has no direction to search")
+    # normalised in float64: a tiny but non-zero row would underflow in float32
+    return (query / np.linalg.norm(query, axis=1, keepdims=True)).astype(np.float32)
 
 
 class Searcher:
@@ -102,18 +135,13 @@ class Searcher:
         query = self.index.vectors[use][int(row[f"{use}_row"])]
         return self._hits(self.index.search(against, query, k, exclude_item=position))
 
-    def by_vector(self, vector: list[float], k: int = 10, against: str = "image") -> list[Hit]:
-        """A query embedding computed elsewhere (``[D]`` or ``[K, D]``); its width must be the index's."""
+    def by_vector(
+        self, vector: list[float] | list[list[float]], k: int = 10, against: str = "image"
+    ) -> list[Hit]:
+        """A query embedding computed elsewhere (``[D]`` or ``[K, D]``, K <= :data:`MAX_QUERY_ROWS`); its width
+        must be the index's, every value finite and every row of non-zero length."""
         self._check(k, against)
-        query = np.atleast_2d(np.asarray(vector, dtype=np.float32))
-        width = self.index.meta["bundle"]["width"]
-        if query.ndim != 2 or query.shape[1] != width or not np.isfinite(query).all():
-            raise QueryError(
-                "width_mismatch",
-                f"the index holds {width}-d embeddings of bundle {self.index.meta['bundle']['label']!r}; "
-                f"got a query of shape {list(query.shape)}",
-            )
-        query = query / np.maximum(np.linalg.norm(query, axis=1, keepdims=True), 1e-12)
+        query = query_vectors(vector, self.index.meta["bundle"]["width"], self.index.meta["bundle"]["label"])
         return self._hits(self.index.search(against, query, k))
 
     def thumbnail(self, item_id: str) -> np.ndarray:

@@ -544,3 +544,85 @@ def test_disk_full_while_training_keeps_the_checkpoints_and_the_rerun_resumes(
     assert ran.families() == ["Evaluate", "Train"]
     assert train.meta()["summary"]["resumed_from_epoch"] == 1
     assert_same_as_reference(copied_run, reference)
+
+
+# ------------------------------------------------------------------ a real full disk under every task (issue 32)
+
+#: every task family of the reference command that writes an output
+WRITING_FAMILIES = [
+    "PrepareShard",
+    "PrepareDataset",
+    "Deduplicate",
+    "Split",
+    "TrainWordVectors",
+    "TrainDoc2Vec",
+    "NeighborTables",
+    "TrunkFeatures",
+    "Train",
+    "Evaluate",
+    "SearchIndex",
+    "Report",
+]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real tmpfs to fill up (needs root, as in CI); skipped where mounting is not allowed."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512m", "tmpfs", str(mount_point)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte with one file; the file (removing it frees the space)."""
+    filler = disk / "filler"
+    block = b"\0" * (1 << 20)
+    with open(filler, "wb", buffering=0) as handle:
+        for size in (1 << 20, 1 << 12, 1):
+            try:
+                while True:
+                    handle.write(block[:size])
+            except OSError as error:
+                assert error.errno == errno.ENOSPC
+    return filler
+
+
+@pytest.mark.parametrize("family", WRITING_FAMILIES)
+def test_a_full_disk_under_any_task_is_one_error_line_and_the_rerun_equals_the_undisturbed_run(
+    family: str, reference: Path, small_disk: Path
+) -> None:
+    """The run root on a real, full disk when ``family`` (and what depends on it) must be built again:
+    FullRun exits 30 with one ``ERROR:`` line per failed task naming the path on that disk, and leaves no
+    partial output a rerun would trust (Train keeps its checkpoints to resume from); with the space freed, the rerun ends with the undisturbed run's outputs and metrics."""
+    root = small_disk / "runs"
+    shutil.copytree(reference, root)
+    tasks = graph(root)
+    again = [t for t in tasks if t.get_task_family() == family]
+    assert again, f"no {family} in the reference command"
+    ids = {t.task_id for t in again}
+    for task in tasks:
+        if task.task_id in ids or ids & {up.task_id for up in all_upstream(task)}:
+            shutil.rmtree(task.output_dir(), ignore_errors=True)
+    filler = fill(small_disk)
+    log = small_disk.parent / "full.log"
+    done = subprocess.run(
+        full_run_command(root, small_disk.parent / "lock"), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    output = done.stdout + done.stderr
+    errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
+    log.write_text(output)
+    assert done.returncode == 30, output[-3000:]
+    # one line per task that hit the full disk (two workers: two tasks of the family may run at once)
+    assert 1 <= len(errors) <= 2 and "Traceback" not in output, output[-3000:]
+    for line in errors:
+        assert f"{family} failed: no space left on device while writing {small_disk}" in line, line
+    assert not [p for p in root.glob("*/*.partial") if p.parent.name != "Train"], "a partial output stayed"
+    filler.unlink()
+    run_to_completion(root, small_disk.parent / "lock", log)
+    assert_same_as_reference(root, reference)

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 from annoy import AnnoyIndex
 
+from common.files import native_write
+
 ANNOY_METRIC = "angular"  # cosine distance: Doc2Vec and CNN features are compared by direction
 
 
@@ -59,7 +61,8 @@ def annoy_neighbor_table(
         table[row] = found
     distances = angular_distances(vectors, table)
     if save_to is not None:
-        index.save(str(save_to))
+        with native_write(save_to):
+            index.save(str(save_to))
     settings = {
         "dim": int(vectors.shape[1]),
         "metric": ANNOY_METRIC,

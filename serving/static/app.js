@@ -71,10 +71,20 @@ function params(extra) {
   return p;
 }
 
+// longer queries (a whole article) go in a POST body: a URL of hundreds of kilobytes is refused by servers
+const LONGEST_QUERY_IN_URL = 2000;
+
 function searchText(text) {
+  const label = "for “" + text.slice(0, 60) + "”";
+  if (text.length > LONGEST_QUERY_IN_URL) {
+    history.replaceState(null, "", "/?" + params({}));
+    const body = JSON.stringify({ q: text, against: againstBox.value });
+    run("/api/search/text", { method: "POST", headers: { "Content-Type": "application/json" }, body: body }, label);
+    return;
+  }
   const p = params({ q: text });
   history.replaceState(null, "", "/?" + p);
-  run("/api/search/text?" + p, {}, "for “" + text.slice(0, 60) + "”");
+  run("/api/search/text?" + p, {}, label);
 }
 
 function searchItem(id) {
