@@ -63,7 +63,9 @@ def find_table(raw_dir: Path, file: str | Path | None) -> Path:
 def read_table(path: Path) -> pd.DataFrame:
     kind = READERS.get(path.suffix.lower())
     if kind is None:
-        raise ValueError(f"pairs table {path.name} must end in one of {list(READERS)}")
+        raise ManifestError(
+            f"pairs table {path.name} must end in one of {list(READERS)} (save it as CSV, JSON Lines or parquet)"
+        )
     if kind == "jsonl":
         return _read_jsonl(path)
     try:
@@ -184,6 +186,8 @@ def build(
             f"{path.name} lacks column(s) {missing} (has {list(table.columns)}); rename them or pass "
             "image_column= / text_column="
         )
+    if len(table) == 0:
+        raise ManifestError(f"{path.name} holds no rows (a header alone?); give it image–text pairs")
 
     manifest = pd.DataFrame(
         {

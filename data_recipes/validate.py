@@ -119,8 +119,8 @@ def check_reject_budget(n_input: int, counts: dict[str, int], budget: float) -> 
     raise RejectBudgetExceeded(
         f"rejected {n_rejected} of {n_input} input pairs ({share:.1%}), more than the reject budget of "
         f"{budget:.1%}. Per reason: {per_reason}. Look at the rejects table to fix the input; if these "
-        f"losses are expected, raise the `reject_budget` parameter "
-        f"(e.g. reject_budget={min(1.0, share + 0.01):.2f})."
+        f"losses are expected, raise the budget: luigi --module pipeline FullRun ... "
+        f"--reject-budget {min(1.0, share + 0.01):.2f}"
     )
 
 

@@ -153,10 +153,6 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     if not args.bundles and not args.open_clip:
         raise EvaluationError("nothing to score: give a bundle or --open-clip MODEL:PRETRAINED")
-    if args.redraws < 1 or any(k < 1 for k in args.recall_k):
-        raise EvaluationError(f"--redraws and --recall-k must be positive, got {args.redraws} and {args.recall_k}")
-    if not Path(args.table).exists():
-        raise FileNotFoundError(f"no table at {args.table}")
     started = time.perf_counter()
     # every baseline's weights are found (or fetched) and loaded before the table is read
     baselines = load_baselines(args.open_clip or [])
@@ -224,6 +220,45 @@ def _serve(args: argparse.Namespace) -> None:
         print(f"Every request needs {where}: open {address}?token={access.token}", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))
     server.run(sockets=[listening])
+
+
+#: uvicorn's log levels (``--log-level``)
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+class ArgumentProblem(ValueError):
+    """A command-line value that cannot work, found before any work is done."""
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every value argparse cannot check by type alone, checked before anything is loaded or embedded."""
+    problems = []
+    if args.command == "serve":
+        if not 0 <= args.port <= 65535:
+            problems.append(f"--port must be from 0 to 65535, got {args.port}")
+        if not args.max_upload_mb > 0:
+            problems.append(f"--max-upload-mb must be positive, got {args.max_upload_mb}")
+        if args.log_level.lower() not in LOG_LEVELS:
+            problems.append(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}")
+    if args.command == "search" and not 1 <= args.k <= 1000:
+        problems.append(f"-k must be from 1 to 1000, got {args.k}")
+    if args.command == "audit":
+        if args.k < 1:
+            problems.append(f"--k must be >= 1, got {args.k}")
+        if args.top < 0:
+            problems.append(f"--top must be >= 0, got {args.top}")
+        if args.flag_share is not None and not 0 < args.flag_share < 1:
+            problems.append(f"--flag-share is a share of the pairs, between 0 and 1; got {args.flag_share}")
+    if args.command == "evaluate":
+        if args.redraws < 1:
+            problems.append(f"--redraws must be >= 1, got {args.redraws}")
+        if any(k < 1 for k in args.recall_k):
+            problems.append(f"--recall-k must be positive integers, got {args.recall_k}")
+    if args.command in ("evaluate", "audit", "index") and getattr(args, "table", None):
+        if not Path(args.table).is_file():
+            problems.append(f"no table at {args.table}")
+    if problems:
+        raise ArgumentProblem("; ".join(problems))
 
 
 #: exit status of a command that ran out of disk (2: a mistake in the input or the arguments)
@@ -371,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from serving.table_evaluation import EvaluationError
 
     try:
+        check_arguments(args)
         args.run(args)
     except (
         BundleError,
@@ -382,6 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         OpenClipError,
         AccessError,
         ServeError,
+        ArgumentProblem,
         FileNotFoundError,
         FileExistsError,
     ) as error:

@@ -39,15 +39,18 @@ def folder_manifest(folder: Path) -> pd.DataFrame:
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"--images {folder} is not a folder")
+    # a link that leads nowhere (dangling, or a loop) is listed too: the cache rejects it as missing_image,
+    # so it is counted in rejects.csv instead of vanishing
     files = sorted(
         p
         for p in folder.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+        if (p.is_file() or (p.is_symlink() and not p.exists()))
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
     )
     return pd.DataFrame(
         {
             "pair_id": [str(p.relative_to(folder)) for p in files],
-            "image_path": [str(p.resolve()) for p in files],
+            "image_path": [str(p.resolve()) if p.exists() else str(p.absolute()) for p in files],
             "text": [None] * len(files),
         },
         dtype=object,

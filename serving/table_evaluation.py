@@ -147,6 +147,13 @@ class BundleModel:
         return embed_table(self.bundle, table, device, progress)
 
 
+def display_names(results: list[dict[str, Any]]) -> list[str]:
+    """Each model's name in the report: its label and where it came from (two bundles of one variant are
+    told apart by their folders), numbered if even that repeats."""
+    names = [r["label"] if r["kind"] == "open_clip" else f"{r['label']} ({Path(r['bundle']).name})" for r in results]
+    return [f"{name} #{i + 1}" if names.count(name) > 1 else name for i, name in enumerate(names)]
+
+
 @dataclass
 class ClipModel:
     """A CLIP-family baseline scored on a table (its own transform reads the image files)."""
@@ -215,8 +222,11 @@ def evaluate_bundles(
         )
         outcomes.append(per_query)
         benchmarks.append(benchmark_record(dataset, *model.benchmark_names(), retrieval_recalls(image, text, layout, recall_ks)))
+    for result, name in zip(results, display_names(results), strict=True):
+        result["name"] = name
     for result, per_query in zip(results[1:], outcomes[1:], strict=True):
         result["difference_from_first"] = paired_differences(per_query, outcomes[0])
+        result["difference_is"] = f"{result['name']} − {results[0]['name']}"
     payload = {
         "table": table.stats,
         "redraws": redraws,

@@ -31,26 +31,28 @@ def report_document(payload: dict[str, Any]) -> Document:
     metrics = list(dict.fromkeys(name for bundle in bundles for name in bundle["metrics"]))
     doc.heading("Scores")
     doc.table(
-        ["Metric", *[f"{b['label']} ({b.get('source') or Path(b['bundle']).name})" for b in bundles]],
+        ["Metric", *[b["name"] for b in bundles]],
         [[name, *[_cell(b["metrics"][name]) if name in b["metrics"] else "–" for b in bundles]] for name in metrics],
         caption="Mean (median for ranks) with its 95% interval. rsum: R@1 + R@5 + R@10 of both directions, in percent.",
     )
     for bundle in bundles:
         if "neighbor_preservation" in bundle:
             np_ = bundle["neighbor_preservation"]
-            doc.paragraph(f"{bundle['label']}: neighbor preservation at k = {np_['k']}, chance {np_['chance']:.4f}.")
+            doc.paragraph(f"{bundle['name']}: neighbor preservation at k = {np_['k']}, chance {np_['chance']:.4f}.")
         elif "neighbor_preservation_skipped" in bundle:
-            doc.paragraph(f"{bundle['label']}: neighbor preservation skipped: {bundle['neighbor_preservation_skipped']}.")
+            doc.paragraph(f"{bundle['name']}: neighbor preservation skipped: {bundle['neighbor_preservation_skipped']}.")
     first = bundles[0]
     for bundle in bundles[1:]:
-        doc.heading(f"{bundle['label']} − {first['label']} (the first model)")
+        doc.heading(f"{bundle['name']} − {first['name']} (the first model)")
         doc.table(
             ["Metric", "Δ", "95% CI", "p"],
             [
                 [name, f"{d['mean_difference']:+.4f}", f"[{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]", f"{d['p_value']:.4f}"]
                 for name, d in bundle["difference_from_first"].items()
             ],
-            caption="Paired by item (the same pairs, the same distractors); an interval containing 0 is not resolved.",
+            caption=f"Δ = {bundle['name']} minus {first['name']}: positive means higher for the model of this section "
+            "(better for recalls and rsum, worse for ranks). Paired by item (the same pairs, the same distractors); "
+            "an interval containing 0 is not resolved.",
         )
     if payload.get("clip_benchmark"):
         doc.paragraph(

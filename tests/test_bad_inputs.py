@@ -173,6 +173,84 @@ SCHEMA_PROBLEMS = {
 }
 
 
+WORDS = (
+    "court ruling immigration rally capitol senate vote climate storm flood budget tax school strike".split()
+)
+
+
+def _article(i: int) -> str:
+    """A distinct text for row ``i`` (random words: no two rows are near-duplicates for the MinHash dedup)."""
+    rng = np.random.default_rng(i)
+    return " ".join(rng.choice(WORDS, 12))
+
+
+def _rows(n: int, text=_article) -> list[str]:  # noqa: ANN001
+    return [f"{i}.png,{text(i)}" for i in range(n)]
+
+
+#: a new user's first tables that cannot make a run: (make the table, the task that stops, its message)
+FIRST_TABLE_PROBLEMS = {
+    "too_small_to_split": (
+        lambda raw: _pairs_table(raw, "image_path,text", _rows(12)),
+        "Split",
+        "the dataset is too small for the split",
+    ),
+    "too_small_for_checkpoint_selection": (
+        lambda raw: _pairs_table(raw, "image_path,text", _rows(40)),
+        "Split",
+        "the dataset is too small for the split",
+    ),
+    "one_text_for_every_pair": (
+        lambda raw: _pairs_table(
+            raw, "image_path,text", _rows(60, lambda i: "the same article on the ruling")
+        ),
+        "Split",
+        "has 0 pairs after dedup",
+    ),
+    "unsupported_extension": (
+        lambda raw: _pairs_table(raw, "image_path,text", _rows(50), name="pairs.xlsx"),
+        "PrepareShard",
+        "pairs table pairs.xlsx must end in one of ['.csv', '.jsonl', '.parquet']",
+    ),
+    "header_only": (
+        lambda raw: (raw / "pairs.csv").write_text("image_path,text\n"),
+        "PrepareShard",
+        "pairs.csv holds no rows",
+    ),
+    "empty_file": (
+        lambda raw: (raw / "pairs.csv").write_text(""),
+        "PrepareShard",
+        "pairs.csv cannot be read as csv",
+    ),
+    "every_image_missing": (
+        lambda raw: (raw / "pairs.csv").write_text(
+            "image_path,text\n" + "\n".join(f"gone{i}.png,{_article(i)}" for i in range(30))
+        ),
+        "PrepareDataset",
+        "rejected 30 of 30 input pairs (100.0%)",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("problem", list(FIRST_TABLE_PROBLEMS))
+def test_a_first_table_that_cannot_make_a_run_stops_it_with_one_line(tmp_path, problem):
+    """Issue 32: each shape ends in one ``ERROR: <Task> failed: ...`` line (exit 30), never a traceback."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    make, family, message = FIRST_TABLE_PROBLEMS[problem]
+    make(raw)
+    tables = [p for p in raw.iterdir() if p.name.startswith("pairs.")]
+    result = _run_full_run(tables[0], tmp_path / "runs")
+    assert result.returncode == 30, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert errors[0].startswith(f"ERROR: {family} failed: ") and message in errors[0], errors[0]
+    assert "Traceback" not in result.stderr
+    if problem == "every_image_missing":
+        assert "--reject-budget 1.00" in errors[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("problem", list(SCHEMA_PROBLEMS))
 def test_a_schema_problem_stops_the_command_with_one_line(tmp_path, problem):

@@ -69,7 +69,7 @@ def test_two_bundles_are_compared_pair_by_pair_and_every_bad_row_is_counted(test
     assert first["neighbor_preservation"] == {"k": 10, "chance": pytest.approx(10 / (n_test - 1))}
     assert "NP text @10" in second["metrics"]
     report = (out / "report.md").read_text()
-    assert "## Ang+NP+Sym − Ours" in report and "not_an_image 1" in report
+    assert "## Ang+NP+Sym (ang) − Ours (bundle) (the first model)" in report and "not_an_image 1" in report
 
 
 def test_a_format_1_bundle_still_scores_and_says_why_neighbor_preservation_was_skipped(test_split_table, tmp_path):
@@ -109,3 +109,17 @@ def test_a_table_or_bundle_that_cannot_be_used_is_one_line_and_exit_2(problem, t
     assert run(bundle, "--table", str(table), "--out", str(tmp_path / "out")) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("crossmodal evaluate: ") and "Traceback" not in err
+
+
+def test_two_bundles_of_one_variant_are_named_apart_and_the_direction_is_said(test_split_table, tmp_path):
+    folder, search_index, _ = test_split_table
+    again = tmp_path / "again"
+    shutil.copytree(search_index.output_path("bundle"), again)
+    out = tmp_path / "out"
+    assert run(str(search_index.output_path("bundle")), str(again), "--table", str(folder / "pairs.csv"), "--out", str(out)) == 0
+    first, second = json.loads((out / "metrics.json").read_text())["bundles"]
+    assert (first["name"], second["name"]) == ("Ours (bundle)", "Ours (again)")
+    assert second["difference_is"] == "Ours (again) − Ours (bundle)"
+    report = (out / "report.md").read_text()
+    assert "Ours (again) − Ours (bundle) (the first model)" in report and "Ours − Ours" not in report
+    assert "Δ = Ours (again) minus Ours (bundle)" in report

@@ -110,7 +110,7 @@ def test_a_bundle_and_a_clip_baseline_are_scored_side_by_side_with_clip_benchmar
         assert record["metrics"]["text_retrieval_recall@5"] == model["metrics"]["R@5 I→T"]["mean"]
         assert name == benchmark_filename(record)
     report = (out / "report.md").read_text()
-    assert f"{TINY} (tiny.pt) − Ours (the first model)" in report and "clip_benchmark/" in report
+    assert f"{TINY} (tiny.pt) − Ours (bundle) (the first model)" in report and "clip_benchmark/" in report
 
 
 @pytest.mark.parametrize(

@@ -812,3 +812,53 @@ def test_a_full_disk_in_any_command_is_one_line_exit_3_and_leaves_nothing_half_w
     assert not list(full_disk.glob("*.partial")) and not [p for p in left if p.suffix == ".tmp"], left
     if command == "export":
         assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["serve", "{index}", "--port", "70000"], "--port must be from 0 to 65535"),
+        (["serve", "{index}", "--max-upload-mb", "-1"], "--max-upload-mb must be positive"),
+        (["serve", "{index}", "--log-level", "loud"], "--log-level must be one of"),
+        (["search", "{index}", "--text", QUERY, "-k", "0"], "-k must be from 1 to 1000"),
+        (["audit", "{bundle}", "--table", "{table}", "--out", "{out}", "--top", "-3"], "--top must be >= 0"),
+        (["audit", "{bundle}", "--table", "{table}", "--out", "{out}", "--flag-share", "2"], "--flag-share"),
+        (
+            ["evaluate", "{bundle}", "--table", "{table}", "--out", "{out}", "--redraws", "0"],
+            "--redraws must be >= 1",
+        ),
+        (["evaluate", "{bundle}", "--table", "{out}/none.csv", "--out", "{out}"], "no table at"),
+        (["index", "{bundle}", "--table", "{out}/none.csv", "--out", "{out}"], "no table at"),
+    ],
+)
+def test_every_argument_is_checked_before_any_work(args, said, pipeline_index, gallery, tmp_path):
+    folder, _ = gallery
+    values = {
+        "index": str(pipeline_index.output_path("index")),
+        "bundle": str(pipeline_index.output_path("bundle")),
+        "table": str(folder / "pairs.csv"),
+        "out": str(tmp_path / "out"),
+    }
+    started = time.perf_counter()
+    done = crossmodal(*[a.format(**values) for a in args], check=False)
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1 and said in done.stderr, done.stderr
+    assert time.perf_counter() - started < 5, "checked before loading or embedding anything"
+    assert not (tmp_path / "out").exists()
+
+
+def test_links_that_lead_nowhere_are_rejected_and_listed(tmp_path, pipeline_index, gallery):
+    folder, test = gallery
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    shutil.copy(folder / f"{test['pair_id'].iloc[0]}.png", photos / "real.png")
+    (photos / "dangling.png").symlink_to("nowhere.png")
+    (photos / "loop.png").symlink_to("loop.png")
+    out = tmp_path / "index"
+    crossmodal("index", str(pipeline_index.output_path("bundle")), "--images", str(photos), "--out", str(out))
+    rejects = pd.read_csv(out / "rejects.csv")
+    assert dict(zip(rejects["pair_id"], rejects["reason"], strict=True)) == {
+        "dangling.png": "missing_image",
+        "loop.png": "missing_image",
+    }
+    assert len(GalleryIndex.open(out).items) == 1

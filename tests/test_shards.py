@@ -155,6 +155,11 @@ def test_grown_dataset_keeps_the_one_shot_pairs_rejects_duplicates_and_splits(bu
         "placeholder_paths": 10,
         "placeholder_pairs": 10,
     }
+    # every count adds up to what was read: each shard's and the whole dataset's (issue 32)
+    for report in reports:
+        assert report["n_kept"] + report["n_rejected"] == report["n_input"]
+        assert all(s["n_kept"] + s["n_rejected"] == s["n_input"] for s in report["shards"])
+        assert sum(s["n_kept"] for s in report["shards"]) == report["n_kept"]
     # every shard alone had fewer than 10 placeholder paths: no shard rejected them on its own
     assert [s["image_cache"]["n_placeholder_images"] for s in reports[1]["shards"]] == [0, 0]
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from data_recipes.manifest import ManifestError
 from evaluation.protocol import EVAL_SEED, full_ranking, retrieval_layout
 from evaluation.selection_metrics import QueryRanks, both_directions, candidate_metrics
 
@@ -48,7 +49,8 @@ class ValidationScorer:
     def check(self, metric: str) -> None:
         """Refuse, before any training, a selection metric this validation split cannot compute."""
         if metric == "val_nway_r1" and self.fewest_others < self.n_way - 1:
-            raise ValueError(
+            # the data's size, not a bug: one line (pipeline/failures.py), as a split that is too small
+            raise ManifestError(
                 f"selection by the expected {self.n_way}-way R@1 needs {self.n_way - 1} validation pairs of other "
                 f"groups per pair, but this validation split has {self.fewest_others}: lower selection_n_way, "
                 "select by val_rsum, or give the split more validation pairs"

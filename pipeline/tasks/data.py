@@ -20,7 +20,7 @@ from data_recipes.image_cache import (
     load_image_cache,
     load_image_shards,
 )
-from data_recipes.manifest import check_manifest_columns, resolve_image_paths
+from data_recipes.manifest import ManifestError, check_manifest_columns, resolve_image_paths
 from data_recipes.validate import (
     RejectBudgetExceeded,
     check_reject_budget,
@@ -187,7 +187,9 @@ class PrepareDataset(PreparedTask, DatasetParams, HashedTask):
         shard_reports = [
             {
                 **shard.load("report"),
-                # the shard's rejects once stacked (its placeholders and repeated ids included)
+                # the shard's rejects once stacked (its placeholders and repeated ids included), and what it
+                # keeps after them: every shard's kept and rejected add up to what it read
+                "n_kept": shard.load("report")["n_input"] - len(rejects),
                 "n_rejected": len(rejects),
                 "rejects_by_reason": reject_counts(rejects),
             }
@@ -314,10 +316,16 @@ class Split(ManifestTask, DatasetParams, HashedTask):
         manifest = manifest.sort_values("pair_id", kind="stable").reset_index(drop=True)
         save_frame(self.work_path(work_dir, "manifest"), manifest)
         counts = manifest["split"].value_counts().to_dict()
+        # the fewest pairs each split needs: two anywhere; an n-way draw (checkpoint selection on val, the
+        # n-way tasks on test) needs n items. Checked here, before any training, once for every variant
+        train = self.settings.train
+        needs = {"val": train.selection_n_way if train.selection == "val_nway_r1" else 2, "test": self.settings.eval.n_way}
         for split in config["fractions"]:
-            if counts.get(split, 0) < 2:
-                raise ValueError(
-                    f"split {split!r} has {counts.get(split, 0)} pairs after dedup; the dataset is too small "
-                    f"for the split {config['fractions']} (use more pairs)"
+            if counts.get(split, 0) < max(2, needs.get(split, 2)):
+                raise ManifestError(
+                    f"split {split!r} has {counts.get(split, 0)} pairs after dedup, fewer than the "
+                    f"{max(2, needs.get(split, 2))} it needs ({len(manifest)} pairs in all); the dataset is too "
+                    f"small for the split "
+                    f"{config['fractions']}: give more pairs (a few hundred at least)"
                 )
         return {"counts": counts}
