@@ -22,6 +22,7 @@ from PIL import Image
 
 from data_recipes.image_cache import build_image_cache
 from pipeline import PrepareDataset
+from tests.disks import tmpfs
 from tests.fixtures.bad_files import (
     write_empty,
     write_html,
@@ -289,16 +290,9 @@ def test_a_cache_that_does_not_fit_on_the_disk_fails_with_enospc_not_sigbus(tmp_
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 64 KiB tmpfs (needs root, as in CI); skipped where mounting is not allowed."""
-    mount_point = tmp_path / "small_disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    yield mount_point
-    subprocess.run(["umount", str(mount_point)], check=True)
+    """A real 64 KiB tmpfs."""
+    with tmpfs(tmp_path / "small_disk", "64k") as disk:
+        yield disk
 
 
 def test_a_cache_larger_than_the_disk_is_a_named_error_on_a_real_full_disk(tmp_path, small_disk):

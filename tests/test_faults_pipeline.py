@@ -32,6 +32,7 @@ from pipeline import Evaluate, FullRun, Train
 from pipeline.base import META_FILE, HashedTask
 from pipeline.io import DiskFullError, lock_path, partial_path
 from pipeline.tasks.report import all_upstream
+from tests.disks import fill, tmpfs
 from tests.luigi_runs import build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -567,30 +568,9 @@ WRITING_FAMILIES = [
 
 @pytest.fixture
 def small_disk(tmp_path: Path):
-    """A real tmpfs to fill up (needs root, as in CI); skipped where mounting is not allowed."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=512m", "tmpfs", str(mount_point)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def fill(disk: Path) -> Path:
-    """Fill ``disk`` to the last byte with one file; the file (removing it frees the space)."""
-    filler = disk / "filler"
-    block = b"\0" * (1 << 20)
-    with open(filler, "wb", buffering=0) as handle:
-        for size in (1 << 20, 1 << 12, 1):
-            try:
-                while True:
-                    handle.write(block[:size])
-            except OSError as error:
-                assert error.errno == errno.ENOSPC
-    return filler
+    """A real 512 MiB tmpfs, room for the copied run; :func:`tests.disks.fill` fills it."""
+    with tmpfs(tmp_path / "disk", "512m") as disk:
+        yield disk
 
 
 @pytest.mark.parametrize("family", WRITING_FAMILIES)

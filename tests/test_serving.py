@@ -38,6 +38,7 @@ from serving.gallery import read_gallery, table_manifest
 from serving.index import GalleryIndex, embed_into
 from serving.neighbors import ANNOY_SEARCH_K, ANNOY_TREES
 from serving.search import Searcher
+from tests.disks import fill, tmpfs
 
 pytestmark = pytest.mark.slow
 
@@ -519,12 +520,18 @@ def test_a_bundle_that_does_not_match_the_index_is_refused(tmp_path, pipeline_in
     assert "width 64 != 32" in refused.stderr and "backbone resnet50 != efficientnet_lite0" in refused.stderr
 
 
-def test_the_page_shows_result_thumbnails_in_a_headless_browser(server):
+def chromium_or_skip() -> str:
+    """The headless browser's path; on CI its absence is a failure (.ci/run installs it)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is missing on CI; .ci/run installs it (apt-get install chromium)")
         pytest.skip("chromium is not installed (apt-get install chromium); CI installs it and runs this test")
+    return chromium
+
+
+def test_the_page_shows_result_thumbnails_in_a_headless_browser(server):
+    chromium = chromium_or_skip()
     base, _ = server
     top = httpx.get(f"{base}/api/search/text", params={"q": QUERY, "k": 10}).json()["results"]
     url = f"{base}/?" + urllib.parse.urlencode({"q": QUERY})
@@ -683,11 +690,7 @@ def test_a_server_off_loopback_requires_its_token_on_every_route(exposed):
 
 
 def test_the_page_works_with_the_token_in_a_headless_browser(exposed):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing on CI; .ci/run installs it (apt-get install chromium)")
-        pytest.skip("chromium is not installed (apt-get install chromium); CI installs it and runs this test")
+    chromium = chromium_or_skip()
     base, token, _ = exposed
     top = httpx.get(
         f"{base}/api/search/text", params={"q": QUERY, "k": 10}, headers={"Authorization": f"Bearer {token}"}
@@ -772,22 +775,10 @@ def test_indexing_nothing_usable_is_an_error_and_writes_no_index(tmp_path, pipel
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A real 256 KiB tmpfs, filled to the last byte (needs root, as in CI)."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    (mount_point / "table").mkdir()
-    with open(mount_point / "filler", "wb", buffering=0) as handle:
-        for size in (4096, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    handle.write(b"\0" * size)
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+    """A real 256 KiB tmpfs, filled to the last byte."""
+    with tmpfs(tmp_path / "disk", "256k") as disk:
+        fill(disk)
+        yield disk
 
 
 @pytest.mark.parametrize("command", ["export", "index", "evaluate", "audit"])
