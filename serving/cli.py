@@ -17,7 +17,6 @@ import argparse
 import errno
 import json
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -186,6 +185,7 @@ def _serve(args: argparse.Namespace) -> None:
 
     from serving.access import AccessError, is_loopback, resolve_access
     from serving.api import ServeSettings, create_app
+    from serving.arguments import bind_socket
     from serving.search import Searcher
 
     # requests are embedded in parallel threads (FastAPI's pool): one core each instead of every request
@@ -222,64 +222,8 @@ def _serve(args: argparse.Namespace) -> None:
     server.run(sockets=[listening])
 
 
-#: uvicorn's log levels (``--log-level``)
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-
-
-class ArgumentProblem(ValueError):
-    """A command-line value that cannot work, found before any work is done."""
-
-
-def check_arguments(args: argparse.Namespace) -> None:
-    """Every value argparse cannot check by type alone, checked before anything is loaded or embedded."""
-    problems = []
-    if args.command == "serve":
-        if not 0 <= args.port <= 65535:
-            problems.append(f"--port must be from 0 to 65535, got {args.port}")
-        if not args.max_upload_mb > 0:
-            problems.append(f"--max-upload-mb must be positive, got {args.max_upload_mb}")
-        if args.log_level.lower() not in LOG_LEVELS:
-            problems.append(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}")
-    if args.command == "search" and not 1 <= args.k <= 1000:
-        problems.append(f"-k must be from 1 to 1000, got {args.k}")
-    if args.command == "audit":
-        if args.k < 1:
-            problems.append(f"--k must be >= 1, got {args.k}")
-        if args.top < 0:
-            problems.append(f"--top must be >= 0, got {args.top}")
-        if args.flag_share is not None and not 0 < args.flag_share < 1:
-            problems.append(f"--flag-share is a share of the pairs, between 0 and 1; got {args.flag_share}")
-    if args.command == "evaluate":
-        if args.redraws < 1:
-            problems.append(f"--redraws must be >= 1, got {args.redraws}")
-        if any(k < 1 for k in args.recall_k):
-            problems.append(f"--recall-k must be positive integers, got {args.recall_k}")
-    if args.command in ("evaluate", "audit", "index") and getattr(args, "table", None):
-        if not Path(args.table).is_file():
-            problems.append(f"no table at {args.table}")
-    if problems:
-        raise ArgumentProblem("; ".join(problems))
-
-
 #: exit status of a command that ran out of disk (2: a mistake in the input or the arguments)
 DISK_FULL_STATUS = 3
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (port 0: any free one), or a one-line error (the address in use, a
-    host that does not resolve) before anything is printed as served."""
-    try:
-        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        listening = socket.socket(family, kind, protocol)
-        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listening.bind(address)
-    except OSError as error:
-        raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
-    return listening
-
-
-class ServeError(OSError):
-    """The server cannot listen where it was asked to."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -399,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from data_recipes.manifest import ManifestError
     from data_recipes.validate import ImageRejected
     from serving.access import AccessError
+    from serving.arguments import ArgumentProblem, ServeError, check_arguments
     from serving.bundle import BundleError
     from serving.embed import QueryError
     from serving.index import GalleryIndexError
