@@ -36,8 +36,8 @@ def create_temp_file(folder: Path, prefix: str, suffix: str) -> Path:
 @contextmanager
 def atomic_path(final: Path) -> Iterator[Path]:
     """Yield a temporary path (an existing empty file) in ``final``'s folder; move it over ``final`` only if
-    the block succeeds, else remove it; a full disk is an ``ENOSPC`` ``OSError`` naming ``final``. Write to it by name or through an open handle (``np.save`` given
-    a *name* appends ``.npy``: give it a handle)."""
+    the block succeeds, else remove it; a full disk is an ``ENOSPC`` ``OSError`` naming ``final``. Write to
+    it by name or through an open handle (``np.save`` given a *name* appends ``.npy``: give it a handle)."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = create_temp_file(final.parent, f".{final.name}.", ".tmp")

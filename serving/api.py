@@ -2,8 +2,9 @@
 
 Every input a user can get wrong is answered with a 4xx and ``{"error": message, "reason": code}``, never a
 crash: the app keeps answering. Bodies are read no further than their limit; a server bound off the loopback
-interface requires its token (serving/access.py); item paths are shown relative to the gallery root. Model inference runs in FastAPI's thread pool (the endpoints are plain
-functions), so concurrent requests queue there instead of blocking the event loop.
+interface requires its token (serving/access.py); item paths are shown relative to the gallery root. Model
+inference runs in FastAPI's thread pool (the endpoints are plain functions), so concurrent requests queue
+there instead of blocking the event loop.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def _check_recorded_files(path: Path, meta: dict[str, Any]) -> None:
             raise _damaged(
                 path,
                 name,
-                f"{file.stat().st_size} bytes where the index recorded {size} (cut off or replaced)",
+                f"{file.stat().st_size:,} bytes where the index recorded {size:,} (cut off or replaced)",
             )
 
 

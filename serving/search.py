@@ -42,8 +42,8 @@ class UnknownItem(KeyError):
 
 
 def query_vectors(vector: Any, width: int, label: str) -> np.ndarray:
-    """``vector`` (``[D]`` or ``[K, D]`` numbers) as a float32 ``[K, D]`` array of unit rows, or a :class:`QueryError` whose
-    reason says what is wrong: ``ragged_vector`` (rows of several lengths, or not numbers), ``too_many_rows``,
+    """``vector`` (``[D]`` or ``[K, D]`` numbers) as a float32 ``[K, D]`` array of unit rows, or a
+    :class:`QueryError` whose reason says what is wrong: ``ragged_vector`` (rows of several lengths, or not numbers), ``too_many_rows``,
     ``width_mismatch``, ``not_finite`` (NaN or infinite values), ``zero_vector`` (a row of length 0: it has
     no direction, so every item would score 0)."""
     try:
