@@ -252,7 +252,7 @@ def test_cache_rejects_exactly_the_bad_images_and_every_survivor_keeps_its_own_p
         enforce_reject_budget(len(manifest), all_rejects, budget=0.5)
     message = str(caught.value)
     assert f"rejected {len(all_rejects)} of {len(manifest)}" in message
-    assert "placeholder_image=5" in message and "reject_budget" in message
+    assert "placeholder_image=5" in message and "--reject-budget" in message
 
 
 def test_cache_resizes_shorter_side_and_centre_crops(tmp_path):
