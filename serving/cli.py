@@ -30,7 +30,7 @@ def _export(args: argparse.Namespace) -> None:
     from serving.bundle import export_bundle
     from serving.runs import find_train_dir, parts_from_train_dir
 
-    train_dir = find_train_dir(Path(args.source), args.variant, args.seed, args.protocol)
+    train_dir = find_train_dir(Path(args.source), args.variant, args.seed, args.protocol, args.report)
     manifest = export_bundle(parts_from_train_dir(train_dir), Path(args.out))
     print(
         f"Exported {manifest['variant']['label']} (seed {manifest['source']['seed']}, epoch "
@@ -240,8 +240,11 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--protocol",
         choices=["shared", "tuned"],
-        default="shared",
-        help="in a run root: the run at the profile's settings (shared) or at the settings tuning chose",
+        help="in a run root: the run at the profile's settings (shared) or at the settings tuning chose "
+        "(needed when the report ran both)",
+    )
+    export.add_argument(
+        "--report", help="in a run root: the report (a prefix of its hash) whose run to export (default: the newest)"
     )
     export.set_defaults(run=_export)
 

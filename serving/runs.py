@@ -41,25 +41,64 @@ def _sibling(run_root: Path, recorded: str) -> Path:
     return run_root / family / signature
 
 
-def tuned_train_dirs(run_root: Path, variant: str) -> list[Path]:
-    """The Train outputs of ``variant``'s tuned-protocol report runs (at the settings its Tune chose)."""
-    found = []
-    for path in (run_root / "TunedRuns").glob(f"*/{META_FILE}"):
-        if _meta(path.parent)["params"]["variant"] != variant:
-            continue
-        runs = json.loads(_output(path.parent, "runs").read_text())
-        for evaluation in runs["evaluations"].values():
-            found.append(_sibling(run_root, _meta(_sibling(run_root, evaluation))["upstream"]["Train"]))
-    return found
+RUN_INDEX_OUTPUT = "run_index"
+
+
+def finished_reports(run_root: Path) -> list[Path]:
+    """The run root's finished Report folders, oldest first."""
+    return sorted(
+        (p.parent for p in (run_root / "Report").glob(f"*/{META_FILE}")),
+        key=lambda p: _meta(p)["finished_at"],
+    )
+
+
+def choose_report(run_root: Path, report: str | None) -> Path:
+    """The Report named by (a prefix of) its hash, or the newest (said on stderr when there are several)."""
+    reports = finished_reports(run_root)
+    if not reports:
+        raise BundleError(
+            f"{run_root} holds no finished Report to say which runs it made; run the FullRun to its end, or "
+            "give one Train output folder (runs/Train/<hash>)"
+        )
+    if report is not None:
+        named = [r for r in reports if r.name.startswith(report)]
+        if len(named) != 1:
+            listed = ", ".join(f"{r.name} ({_report_line(r)})" for r in reports)
+            what = "no report" if not named else f"{len(named)} reports"
+            raise BundleError(f"--report {report} matches {what} in {run_root}; its reports: {listed}")
+        return named[0]
+    if len(reports) > 1:
+        others = ", ".join(f"{r.name} ({_report_line(r)})" for r in reports[:-1])
+        print(
+            f"exporting from report {reports[-1].name} ({_report_line(reports[-1])}), the newest of "
+            f"{len(reports)}; --report HASH picks another: {others}",
+            file=sys.stderr,
+        )
+    return reports[-1]
+
+
+def _report_line(report: Path) -> str:
+    params = _meta(report)["params"]
+    shown = {
+        k: params[k]
+        for k in ("profile", "dataset", "protocol", "variant_overrides")
+        if params.get(k) not in ("", "{}", None)
+    }
+    return ", ".join(f"{k} {v}" for k, v in shown.items()) + f", finished {_meta(report)['finished_at']}"
 
 
 def find_train_dir(
-    source: Path, variant: str | None = None, seed: int | None = None, protocol: str = "shared"
+    source: Path,
+    variant: str | None = None,
+    seed: int | None = None,
+    protocol: str | None = None,
+    report: str | None = None,
 ) -> Path:
-    """``source`` itself when it is a Train output; in a run root, the Train of ``variant`` (default: the
-    newest report's headline method) with ``seed`` (default: its lowest) under ``protocol``: ``shared`` (the
-    profile's settings, no overrides) or ``tuned`` (the settings the variant's Tune chose); the newest when
-    several still match."""
+    """``source`` itself when it is a Train output; in a run root, the Train that a Report's run index names
+    for ``variant`` (default: the report's headline method), ``protocol`` (needed when the report ran the
+    variant under both) and ``seed`` (default: its lowest). The report is ``report`` (a hash prefix) or the
+    newest. Nothing is guessed from folder names: a request the index does not settle is refused, listing
+    the candidates."""
     source = Path(source)
     if (source / META_FILE).is_file():
         if _meta(source).get("task") != "Train":
@@ -71,44 +110,48 @@ def find_train_dir(
         raise BundleError(
             f"{source} is neither a Train output (no {META_FILE}) nor a run root (no Train/ folder)"
         )
-    if variant is None:
-        reports = sorted(
-            (source / "Report").glob(f"*/{META_FILE}"), key=lambda p: _meta(p.parent)["finished_at"]
-        )
-        if not reports:
-            raise BundleError(
-                f"{source} holds no finished Report to take the headline method from; pass --variant"
-            )
-        variant = _meta(reports[-1].parent)["config"]["headline"]["method"]
-    if protocol == "tuned":
-        trains = tuned_train_dirs(source, variant)
-        if not trains:
-            raise BundleError(
-                f"{source} holds no tuned run of variant {variant!r}; run FullRun --protocol both"
-            )
-    else:
-        trains = [p.parent for p in (source / "Train").glob(f"*/{META_FILE}")]
-        trains = [t for t in trains if _meta(t)["params"]["variant"] == variant]
-        # the shared protocol's runs have no overrides; other runs of the variant are ablations or trials
-        shared = [t for t in trains if _meta(t)["params"]["variant_overrides"] in ("{}", "")]
-        trains = shared or trains
-    if seed is not None:
-        trains = [t for t in trains if _meta(t)["config"]["seed"] == seed]
-    if not trains:
+    chosen = choose_report(source, report)
+    outputs = _meta(chosen).get("outputs", {})
+    if RUN_INDEX_OUTPUT not in outputs or not (chosen / outputs[RUN_INDEX_OUTPUT]).is_file():
         raise BundleError(
-            f"{source} holds no finished Train of variant {variant!r}"
-            + (f" seed {seed}" if seed is not None else "")
+            f"report {chosen.name} was written before reports recorded their runs (run_index.json): run the same "
+            "FullRun command again (only its Report is rebuilt), or give one Train output folder"
         )
-    lowest = min(_meta(t)["config"]["seed"] for t in trains)
-    trains = sorted(
-        (t for t in trains if _meta(t)["config"]["seed"] == lowest), key=lambda t: _meta(t)["finished_at"]
+    runs = json.loads((chosen / outputs[RUN_INDEX_OUTPUT]).read_text())["runs"]
+    variant = variant or _meta(chosen)["config"]["headline"]["method"]
+    candidates = [run for run in runs if run["variant"] == variant]
+    if not candidates:
+        ran = sorted({run["variant"] for run in runs})
+        raise BundleError(
+            f"report {chosen.name} holds no run of variant {variant!r}; its variants: {', '.join(ran)}"
+        )
+    if protocol is not None:
+        candidates = [run for run in candidates if run["protocol"] == protocol]
+        if not candidates:
+            raise BundleError(
+                f"report {chosen.name} ran {variant} under no {protocol} protocol; pass another --protocol"
+            )
+    protocols = sorted({run["protocol"] for run in candidates})
+    if len(protocols) > 1:
+        raise BundleError(
+            f"report {chosen.name} ran {variant} under both protocols; pass --protocol shared or --protocol tuned "
+            f"(candidates: {_candidates(candidates)})"
+        )
+    seeds = sorted({run["seed"] for run in candidates})
+    wanted = seeds[0] if seed is None else seed
+    candidates = [run for run in candidates if run["seed"] == wanted]
+    if not candidates:
+        raise BundleError(f"report {chosen.name} holds no {variant} run with seed {seed}; its seeds: {seeds}")
+    if len(candidates) > 1:
+        raise BundleError(f"report {chosen.name} holds several matching runs: {_candidates(candidates)}")
+    return source / candidates[0]["train"]
+
+
+def _candidates(runs: list[dict[str, Any]]) -> str:
+    return "; ".join(
+        f"{run['protocol']} seed {run['seed']} {json.dumps(run['variant_overrides'], sort_keys=True)} -> {run['train']}"
+        for run in runs
     )
-    if len(trains) > 1:
-        print(
-            f"{len(trains)} Train outputs of {variant} seed {lowest} (ablations?); exporting the newest, {trains[-1]}",
-            file=sys.stderr,
-        )
-    return trains[-1]
 
 
 def parts_from_train_dir(train_dir: Path) -> BundleParts:

@@ -52,7 +52,7 @@ def test_on_the_pipelines_test_split_it_reproduces_evaluate_exactly(test_split_t
 def test_two_bundles_are_compared_pair_by_pair_and_every_bad_row_is_counted(test_split_table, tmp_path):
     folder, search_index, n_test = test_split_table
     other = tmp_path / "ang"
-    assert main(["export", str(search_index.run_root), str(other), "--variant", "ang_np_sym"]) == 0
+    assert main(["export", str(search_index.run_root), str(other), "--variant", "ang_np_sym", "--protocol", "shared"]) == 0
     out = tmp_path / "out"
     assert run(str(search_index.output_path("bundle")), str(other), "--table", str(folder / "pairs.csv"), "--out", str(out)) == 0
     scored = json.loads((out / "metrics.json").read_text())

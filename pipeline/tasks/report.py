@@ -95,7 +95,37 @@ class Report(GridParams, DatasetParams, HashedTask):
     """Reads every evaluation, COCOS result and data report of the grid and writes the report as Markdown,
     HTML and JSON (the content is assembled by ``evaluation.report``)."""
 
-    outputs = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
+    outputs = {
+        "markdown": "report.md",
+        "html": "report.html",
+        "json": "report.json",
+        "run_index": "run_index.json",
+    }
+
+    def complete(self) -> bool:
+        # a report written before the run index existed is rebuilt in place (same path; only the Report runs)
+        return super().complete() and self.output_path("run_index").exists()
+
+    def run_index(self) -> list[dict[str, Any]]:
+        """Which output folders hold each run of this report: variant, seed, protocol and the settings the
+        run used (the protocol's overrides), with its Train and Evaluate folders relative to the run root.
+        ``crossmodal export`` reads this instead of guessing from the run root's folders."""
+        req = self.requires()
+        entries = [
+            (e, "shared") for e in req["evaluations"]
+        ] + [(e, "tuned") for task in req["tuned"] for e in task.evaluations()]
+        return [
+            {
+                "variant": e.variant,
+                "label": e.variant_spec().label,
+                "seed": int(e.seed),
+                "protocol": protocol,
+                "variant_overrides": recursively_unfreeze(e.variant_overrides),
+                "train": f"{Train.__name__}/{e.clone(Train).signature()}",
+                "evaluate": f"{Evaluate.__name__}/{e.signature()}",
+            }
+            for e, protocol in entries
+        ]
 
     def evaluations(self) -> list[Evaluate]:
         """The shared protocol's evaluations (every variant at the profile's settings)."""
@@ -253,6 +283,7 @@ class Report(GridParams, DatasetParams, HashedTask):
         save_text(self.work_path(work_dir, "markdown"), document.to_markdown())
         save_text(self.work_path(work_dir, "html"), document.to_html())
         write_json(self.work_path(work_dir, "json"), payload)
+        write_json(self.work_path(work_dir, "run_index"), {"report": self.signature(), "runs": self.run_index()})
         return {"variants": self.variant_names(), "seeds": self.seed_plan()}
 
 
