@@ -49,10 +49,12 @@ def test_on_the_pipelines_test_split_it_reproduces_evaluate_exactly(test_split_t
     assert all(m["ci_low"] <= m.get("mean", m.get("value", m.get("median"))) <= m["ci_high"] for m in metrics.values())
 
 
-def test_two_bundles_are_compared_pair_by_pair_and_every_bad_row_is_counted(test_split_table, tmp_path):
+def test_two_bundles_are_compared_pair_by_pair_and_every_bad_row_is_counted(test_split_table, smoke_run, tmp_path):
     folder, search_index, n_test = test_split_table
     other = tmp_path / "ang"
-    assert main(["export", str(search_index.run_root), str(other), "--variant", "ang_np_sym", "--protocol", "shared"]) == 0
+    report = smoke_run[0].requires().signature()  # the smoke run's own report: other tests add theirs
+    export = ["export", str(search_index.run_root), str(other), "--variant", "ang_np_sym", "--protocol", "shared"]
+    assert main([*export, "--report", report]) == 0
     out = tmp_path / "out"
     assert run(str(search_index.output_path("bundle")), str(other), "--table", str(folder / "pairs.csv"), "--out", str(out)) == 0
     scored = json.loads((out / "metrics.json").read_text())

@@ -167,11 +167,13 @@ def _poison_test_rows(train: Train) -> None:
 def test_export_takes_the_shared_run_or_the_tuned_choice(smoke_run, tmp_path):
     from serving.cli import main
 
-    _, _, _, root = smoke_run
+    task, _, _, root = smoke_run
     chosen = tune_task(root, "ours").load("selection")["chosen_settings"]["train"]["learning_rate"]
+    # other tests add reports to this run root: name the smoke run's own (export would take the newest)
+    report = task.requires().signature()
     for protocol, expected in (("shared", SMOKE.train.learning_rate), ("tuned", chosen)):
         out = tmp_path / protocol
-        assert main(["export", str(root), str(out), "--variant", "ours", "--protocol", protocol]) == 0
+        assert main(["export", str(root), str(out), "--variant", "ours", "--protocol", protocol, "--report", report]) == 0
         assert json.loads((out / "bundle.json").read_text())["train"]["learning_rate"] == expected
 
 
