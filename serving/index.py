@@ -105,12 +105,9 @@ def _check_recorded_files(path: Path, meta: dict[str, Any]) -> None:
         file = path / name
         if not file.is_file():
             raise _damaged(path, name, "missing")
-        if file.stat().st_size != size:
-            raise _damaged(
-                path,
-                name,
-                f"{file.stat().st_size:,} bytes where the index recorded {size:,} (cut off or replaced)",
-            )
+        actual = file.stat().st_size
+        if actual != size:
+            raise _damaged(path, name, f"{actual:,} bytes where the index recorded {size:,} (cut off or replaced)")
 
 
 class GalleryIndex:

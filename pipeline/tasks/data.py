@@ -186,14 +186,14 @@ class PrepareDataset(PreparedTask, DatasetParams, HashedTask):
         stacked.rejects.to_csv(self.work_path(work_dir, "rejects"), index=False)
         shard_reports = [
             {
-                **shard.load("report"),
+                **report,
                 # the shard's rejects once stacked (its placeholders and repeated ids included), and what it
                 # keeps after them: every shard's kept and rejected add up to what it read
-                "n_kept": shard.load("report")["n_input"] - len(rejects),
+                "n_kept": report["n_input"] - len(rejects),
                 "n_rejected": len(rejects),
                 "rejects_by_reason": reject_counts(rejects),
             }
-            for shard, rejects in zip(shards, stacked.by_shard, strict=True)
+            for report, rejects in zip((shard.load("report") for shard in shards), stacked.by_shard, strict=True)
         ]
         n_input = sum(report["n_input"] for report in shard_reports)
         summary = {
@@ -319,13 +319,13 @@ class Split(ManifestTask, DatasetParams, HashedTask):
         # the fewest pairs each split needs: two anywhere; an n-way draw (checkpoint selection on val, the
         # n-way tasks on test) needs n items. Checked here, before any training, once for every variant
         train = self.settings.train
-        needs = {"val": train.selection_n_way if train.selection == "val_nway_r1" else 2, "test": self.settings.eval.n_way}
+        n_way = {"val": train.selection_n_way if train.selection == "val_nway_r1" else 2, "test": self.settings.eval.n_way}
         for split in config["fractions"]:
-            if counts.get(split, 0) < max(2, needs.get(split, 2)):
+            need = max(2, n_way.get(split, 2))
+            if counts.get(split, 0) < need:
                 raise ManifestError(
-                    f"split {split!r} has {counts.get(split, 0)} pairs after dedup, fewer than the "
-                    f"{max(2, needs.get(split, 2))} it needs ({len(manifest)} pairs in all); the dataset is too "
-                    f"small for the split "
+                    f"split {split!r} has {counts.get(split, 0)} pairs after dedup, fewer than the {need} it needs "
+                    f"({len(manifest)} pairs in all); the dataset is too small for the split "
                     f"{config['fractions']}: give more pairs (a few hundred at least)"
                 )
         return {"counts": counts}

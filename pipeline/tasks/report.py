@@ -106,11 +106,11 @@ class Report(GridParams, DatasetParams, HashedTask):
         # a report written before the run index existed is rebuilt in place (same path; only the Report runs)
         return super().complete() and self.output_path("run_index").exists()
 
-    def run_index(self) -> list[dict[str, Any]]:
-        """Which output folders hold each run of this report: variant, seed, protocol and the settings the
-        run used (the protocol's overrides), with its Train and Evaluate folders relative to the run root.
-        ``crossmodal export`` reads this instead of guessing from the run root's folders."""
-        req = self.requires()
+    def run_index(self, req: dict[str, Any]) -> list[dict[str, Any]]:
+        """Which output folders hold each run of this report (``req``: its requirements): variant, seed,
+        protocol and the settings the run used (the protocol's overrides), with its Train and Evaluate folders
+        relative to the run root. ``crossmodal export`` reads this instead of guessing from the run root's
+        folders."""
         entries = [
             (e, "shared") for e in req["evaluations"]
         ] + [(e, "tuned") for task in req["tuned"] for e in task.evaluations()]
@@ -283,7 +283,7 @@ class Report(GridParams, DatasetParams, HashedTask):
         save_text(self.work_path(work_dir, "markdown"), document.to_markdown())
         save_text(self.work_path(work_dir, "html"), document.to_html())
         write_json(self.work_path(work_dir, "json"), payload)
-        write_json(self.work_path(work_dir, "run_index"), {"report": self.signature(), "runs": self.run_index()})
+        write_json(self.work_path(work_dir, "run_index"), {"report": self.signature(), "runs": self.run_index(req)})
         return {"variants": self.variant_names(), "seeds": self.seed_plan()}
 
 
