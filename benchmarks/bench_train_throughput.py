@@ -165,6 +165,16 @@ def single_process_rates(
     return rates, amp, workers, extra
 
 
+def rate_ratios(rates: dict[str, float]) -> dict[str, float]:
+    """The goals' ratios of :func:`single_process_rates`: the fast loop against the plain one, the loader and
+    the fast loop against what the step alone consumes."""
+    return {
+        "fast_vs_plain_fp32": rates["fast_loop"] / rates["plain_fp32_loop"],
+        "loader_vs_compute": rates["loader_only"] / rates["compute_only"],
+        "fast_loop_vs_compute": rates["fast_loop"] / rates["compute_only"],
+    }
+
+
 def settings_for(args) -> object:
     return replace(
         PAPER.train,
@@ -239,9 +249,7 @@ def main() -> None:
         "loader_threads": workers,
         "timed_steps": args.steps,
         "images_per_second": rates,
-        "fast_vs_plain_fp32": rates["fast_loop"] / rates["plain_fp32_loop"],
-        "loader_vs_compute": rates["loader_only"] / rates["compute_only"],
-        "fast_loop_vs_compute": rates["fast_loop"] / rates["compute_only"],
+        **rate_ratios(rates),
     }
     if args.processes > 1:
         result[f"{args.processes}_processes_vs_one"] = (

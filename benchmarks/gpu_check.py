@@ -34,6 +34,7 @@ from bench_train_throughput import (  # noqa: E402
     PLAIN_FP32,
     build_trainer,
     plans,
+    rate_ratios,
     single_process_rates,
     synchronize,
     synthetic_pairs,
@@ -191,9 +192,7 @@ def throughput(args, settings) -> dict:
         "loader_threads": workers,
         "timed_steps": args.steps,
         "images_per_second": rates,
-        "fast_vs_plain_fp32": rates["fast_loop"] / rates["plain_fp32_loop"],
-        "fast_loop_vs_compute": rates["fast_loop"] / rates["compute_only"],
-        "loader_vs_compute": rates["loader_only"] / rates["compute_only"],
+        **rate_ratios(rates),
         "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
     }
 

@@ -184,11 +184,9 @@ def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> Fas
         k: int = Query(10, ge=1, le=MAX_K),
         against: str = Query("text", pattern="^(image|text)$"),
     ) -> dict[str, Any]:
-        declared = request.headers.get("content-length")
-        if declared is not None and not declared.isdigit():
-            raise ApiError(400, "bad_content_length", f"Content-Length {declared!r} is not a byte count")
-        if declared is not None and int(declared) > settings.max_upload_bytes + MULTIPART_OVERHEAD:
-            raise ApiError(413, "too_large", _too_large(int(declared), settings.max_upload_bytes))
+        declared = declared_length(request)
+        if declared is not None and declared > settings.max_upload_bytes + MULTIPART_OVERHEAD:
+            raise ApiError(413, "too_large", _too_large(declared, settings.max_upload_bytes))
         form = await request.form(max_files=1, max_fields=4)
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
@@ -240,13 +238,20 @@ def _k(body: dict[str, Any]) -> int:
     return k
 
 
-async def json_body(request: Request, limit: int) -> dict[str, Any]:
-    """The request's JSON object, read no further than ``limit`` bytes (413 beyond, whatever the client
-    declared); a body that is not a JSON object is a 400."""
+def declared_length(request: Request) -> int | None:
+    """The body size the client declared (``Content-Length``), None when it declared none; a 400 when it is
+    not a byte count."""
     declared = request.headers.get("content-length")
     if declared is not None and not declared.isdigit():
         raise ApiError(400, "bad_content_length", f"Content-Length {declared!r} is not a byte count")
-    if declared is not None and int(declared) > limit:
+    return None if declared is None else int(declared)
+
+
+async def json_body(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object, read no further than ``limit`` bytes (413 beyond, whatever the client
+    declared); a body that is not a JSON object is a 400."""
+    declared = declared_length(request)
+    if declared is not None and declared > limit:
         raise ApiError(413, "too_large", f"the query is {declared} bytes; the limit is {limit} bytes")
     chunks, size = [], 0
     async for chunk in request.stream():

@@ -25,15 +25,14 @@ def check_arguments(args: argparse.Namespace) -> None:
             problems.append(f"--max-upload-mb must be positive, got {args.max_upload_mb}")
         if args.log_level.lower() not in LOG_LEVELS:
             problems.append(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}")
-    if args.command == "search" and not 1 <= args.k <= 1000:
-        problems.append(f"-k must be from 1 to 1000, got {args.k}")
-    if args.command == "audit":
-        if args.k < 1:
-            problems.append(f"--k must be >= 1, got {args.k}")
-        if args.top < 0:
-            problems.append(f"--top must be >= 0, got {args.top}")
-        if args.flag_share is not None and not 0 < args.flag_share < 1:
-            problems.append(f"--flag-share is a share of the pairs, between 0 and 1; got {args.flag_share}")
+    if args.command == "search":
+        from serving.search import MAX_K
+
+        if not 1 <= args.k <= MAX_K:
+            problems.append(f"-k must be from 1 to {MAX_K}, got {args.k}")
+    # audit's --k, --weights and --flag-share are checked by AuditSettings and audit() before any work
+    if args.command == "audit" and args.top < 0:
+        problems.append(f"--top must be >= 0, got {args.top}")
     if args.command == "evaluate":
         if args.redraws < 1:
             problems.append(f"--redraws must be >= 1, got {args.redraws}")

@@ -134,8 +134,6 @@ def _audit(args: argparse.Namespace) -> None:
     from serving.audit import AuditSettings, audit
 
     settings = AuditSettings(k=args.k, weights=tuple(args.weights))
-    if not Path(args.table).exists():
-        raise FileNotFoundError(f"no table at {args.table}")
     summary = audit(Path(args.bundle), Path(args.table), Path(args.out), settings, args.flag_share, args.top)
     print(
         f"Audited {summary['n_scored']} pairs of {args.table} ({summary['table']['n_rejected']} rejected): "
@@ -147,19 +145,22 @@ def _audit(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     import time
 
-    from serving.open_clip_baseline import load_baselines
-    from serving.table_evaluation import EvaluationError, evaluate_bundles
+    import torch
 
-    if not args.bundles and not args.open_clip:
-        raise EvaluationError("nothing to score: give a bundle or --open-clip MODEL:PRETRAINED")
+    from serving.open_clip_baseline import load_baselines
+    from serving.table_evaluation import evaluate_bundles
+
     started = time.perf_counter()
-    # every baseline's weights are found (or fetched) and loaded before the table is read
-    baselines = load_baselines(args.open_clip or [])
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # every baseline's weights are found (or fetched) and loaded before the table is read, on the device the
+    # bundles use
+    baselines = load_baselines(args.open_clip or [], device)
     payload = evaluate_bundles(
         [Path(b) for b in args.bundles],
         Path(args.table),
         Path(args.out),
         args.redraws,
+        device=device,
         progress=True,
         baselines=baselines,
         recall_ks=tuple(args.recall_k),

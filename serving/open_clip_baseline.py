@@ -154,7 +154,7 @@ class OpenClipModel:
         return f"{self.spec.model} ({Path(self.spec.pretrained).name if self.spec.is_file else self.spec.pretrained})"
 
     @torch.no_grad()
-    def embed_images(self, paths: Sequence[str | Path], progress: bool = False) -> np.ndarray:
+    def embed_images(self, paths: Sequence[str | Path]) -> np.ndarray:
         """Each image file decoded as the pipeline validates it, then the model's own transform."""
         out = []
         for start in range(0, len(paths), BATCH_SIZE):
@@ -163,7 +163,7 @@ class OpenClipModel:
         return torch.cat(out).numpy().astype(np.float32)
 
     @torch.no_grad()
-    def embed_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         out = []
         for start in range(0, len(texts), BATCH_SIZE):
             tokens = self.tokenizer(list(texts[start : start + BATCH_SIZE])).to(self.device)

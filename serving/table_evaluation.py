@@ -133,6 +133,11 @@ class BundleModel:
         return self.bundle.manifest["variant"]["label"]
 
     @property
+    def name(self) -> str:
+        """The label and the bundle's folder: two bundles of one variant are told apart."""
+        return f"{self.label} ({self.path.name})"
+
+    @property
     def cache_size(self) -> int | None:
         return int(self.bundle.image["cache_size"])
 
@@ -147,10 +152,8 @@ class BundleModel:
         return embed_table(self.bundle, table, device, progress)
 
 
-def display_names(results: list[dict[str, Any]]) -> list[str]:
-    """Each model's name in the report: its label and where it came from (two bundles of one variant are
-    told apart by their folders), numbered if even that repeats."""
-    names = [r["label"] if r["kind"] == "open_clip" else f"{r['label']} ({Path(r['bundle']).name})" for r in results]
+def display_names(names: list[str]) -> list[str]:
+    """Each model's name in the report, numbered where two are still the same."""
     return [f"{name} #{i + 1}" if names.count(name) > 1 else name for i, name in enumerate(names)]
 
 
@@ -164,6 +167,10 @@ class ClipModel:
     def label(self) -> str:
         return self.model.label
 
+    @property
+    def name(self) -> str:
+        return self.label  # the architecture and its weights already tell baselines apart
+
     cache_size = None
 
     def record(self) -> dict[str, Any]:
@@ -174,8 +181,9 @@ class ClipModel:
         return self.model.spec.model, self.model.spec.pretrained
 
     def embed(self, table: ValidatedTable, device: torch.device, progress: bool) -> tuple[np.ndarray, np.ndarray]:
-        image = self.model.embed_images(table.pairs["image_path"].tolist(), progress)
-        return image, self.model.embed_texts(table.pairs["text"].tolist(), progress)
+        """On the device the baseline was loaded on (``load_baselines``); no progress bar."""
+        image = self.model.embed_images(table.pairs["image_path"].tolist())
+        return image, self.model.embed_texts(table.pairs["text"].tolist())
 
 
 def evaluate_bundles(
@@ -222,7 +230,7 @@ def evaluate_bundles(
         )
         outcomes.append(per_query)
         benchmarks.append(benchmark_record(dataset, *model.benchmark_names(), retrieval_recalls(image, text, layout, recall_ks)))
-    for result, name in zip(results, display_names(results), strict=True):
+    for result, name in zip(results, display_names([model.name for model in models]), strict=True):
         result["name"] = name
     for result, per_query in zip(results[1:], outcomes[1:], strict=True):
         result["difference_from_first"] = paired_differences(per_query, outcomes[0])
