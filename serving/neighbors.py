@@ -18,6 +18,7 @@ import numpy as np
 from annoy import AnnoyIndex
 
 from common.files import native_write
+from common.registry import Registry
 
 #: up to this many vectors ``auto`` searches a modality exactly, above it with the PQ scan
 #: (:mod:`serving.compressed_search`). Measured by benchmarks/bench_search.py --backends
@@ -30,16 +31,28 @@ EXACT_SEARCH_MAX_VECTORS = 20_000
 #: overlapping gallery, at exact search's latency (benchmarks/results/bench_backends.md)
 ANNOY_TREES = 48
 ANNOY_SEARCH_K = 400_000
-#: what ``crossmodal index --backend`` accepts; ``auto`` is exact up to the crossover, the PQ scan above
-BACKENDS = ("auto", "exact", "annoy", "hnsw", "pq")
+#: the search backends by name, each with what it is; ``approximate`` ones keep a structure in a file beside the
+#: vectors (``serving.index.APPROXIMATE_BACKENDS``). The classes of HNSW and the PQ scan import this module,
+#: so the table names the backends rather than holding their classes.
+SEARCH_BACKENDS: Registry[str] = Registry("search backend")
+SEARCH_BACKENDS.add("exact", "every vector scored, one matrix product", approximate=False)
+SEARCH_BACKENDS.add("annoy", "Annoy's angular forest", approximate=True)
+SEARCH_BACKENDS.add("hnsw", "faiss HNSW graph (serving.graph_search)", approximate=True)
+SEARCH_BACKENDS.add("pq", "faiss 4-bit PQ scan, exact re-rank (serving.compressed_search)", approximate=True)
+#: what ``crossmodal index --backend`` accepts: ``auto`` (exact up to the crossover, the PQ scan above), then
+#: exact search, then the approximate backends
+BACKENDS = ("auto", *SEARCH_BACKENDS.names(approximate=False), *SEARCH_BACKENDS.names(approximate=True))
 
 
 def choose_backend(n_vectors: int, exact_up_to: int = EXACT_SEARCH_MAX_VECTORS, backend: str = "auto") -> str:
-    """The backend that searches ``n_vectors`` vectors: ``backend`` itself unless it is ``auto``."""
-    if backend not in BACKENDS:
-        raise ValueError(f"search backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    """The backend that searches ``n_vectors`` vectors: ``backend`` itself (by its canonical name) unless it is
+    ``auto``; a one-line ``ValueError`` naming the valid choices for any other name."""
+    if backend != "auto" and backend not in SEARCH_BACKENDS:
+        close = SEARCH_BACKENDS.close_match(backend)
+        hint = f" did you mean {close!r}?" if close else ""
+        raise ValueError(f"search backend {backend!r}:{hint} choose one of {', '.join(BACKENDS)}")
     if backend != "auto":
-        return backend
+        return SEARCH_BACKENDS.resolve(backend)
     return "exact" if n_vectors <= exact_up_to else "pq"
 
 

@@ -28,6 +28,10 @@ A loss implements three steps and :class:`Loss` runs them, so that the loss and 
 (Bleeker & de Rijke §4) always read the same guarded inputs, masks and scores: ``prepare`` (input guards
 and the set-up shared by both), ``compute`` (the loss's equation) and ``contributions`` (its per-query
 gradient-contribution counts). Adding a loss is one module defining these plus :func:`register_loss`.
+
+``LOSSES`` is the project's one name table (:class:`common.registry.Registry`): ``name in LOSSES``,
+``LOSSES[name]`` and ``sorted(LOSSES)`` read it like the dict it replaced, an unknown name says what is close
+and what exists, and a renamed loss keeps its old name through ``LOSSES.deprecate(old, new)``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import Tensor, nn
+
+from common.registry import Registry
 
 # the input guards live in checks; the loss interface re-exports the two names every loss file uses with it
 from models.losses.checks import NEIGHBOR_KEYWORDS, LossPreconditionError
@@ -53,7 +59,8 @@ __all__ = [
 
 LossOutput = dict[str, Tensor]
 
-LOSSES: dict[str, type[Loss[Any]]] = {}
+#: every loss class by name (filled when ``models.losses`` imports its modules)
+LOSSES: Registry[type[Loss[Any]]] = Registry("loss")
 
 #: what ``prepare`` hands to ``compute`` and ``contributions``; each loss picks its own type
 Prepared = TypeVar("Prepared")
@@ -108,22 +115,18 @@ LossClass = TypeVar("LossClass", bound=type[Loss[Any]])
 
 
 def register_loss(name: str) -> Callable[[LossClass], LossClass]:
-    """Class decorator: make a loss selectable by ``name`` from task parameters."""
+    """Class decorator: make a loss selectable by ``name`` from task parameters; the class learns its name
+    (``cls.name``) only once the name is known to be free."""
 
     def decorate(cls: LossClass) -> LossClass:
-        if name in LOSSES and LOSSES[name] is not cls:
-            raise ValueError(
-                f"loss name {name!r} is registered twice ({LOSSES[name].__name__}, {cls.__name__})"
-            )
+        LOSSES.add(name, cls)
         cls.name = name
-        LOSSES[name] = cls
         return cls
 
     return decorate
 
 
 def build_loss(name: str, **params: object) -> Loss[Any]:
-    """Instantiate a registered loss by name, e.g. ``build_loss("angular", form="smooth")``."""
-    if name not in LOSSES:
-        raise KeyError(f"unknown loss {name!r}; registered losses: {sorted(LOSSES)}")
-    return LOSSES[name](**params)
+    """Instantiate a registered loss by name, e.g. ``build_loss("angular", form="smooth")``; an unknown name is
+    a ``KeyError`` (:class:`common.registry.UnknownNameError`) naming the close and the registered losses."""
+    return LOSSES.get(name)(**params)
