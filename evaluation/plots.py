@@ -227,8 +227,17 @@ def plot_tradeoff(result: Mapping, path: Path) -> Path:
     """The within-modality trade-off (``pipeline.tasks.tradeoff``): each headline metric's mean over seeds
     against the weight scale, n-way R@1 on the left, neighbor preservation on the right; the bars are each
     point's 95% interval of its difference from scale 0 (paired), drawn around the point."""
-    rows = result["rows"]
-    scales = np.array([row["scale"] for row in rows])
+    rows = [{**row, "value": row["scale"]} for row in result["rows"]]
+    return plot_against_setting(rows, "within-modality weight scale (1 = the paper's α, β)", result["label"], path)
+
+
+def plot_against_setting(rows: Sequence[Mapping], setting: str, title: str, path: Path) -> Path:
+    """Each headline metric's mean over seeds against one setting's ``value`` (numbers on a numeric axis,
+    anything else in the given order), n-way R@1 on the left, neighbor preservation on the right; bars: each
+    point's 95% interval of its difference from the reference value (none where ``ci_low`` is None)."""
+    values = [row["value"] for row in rows]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    xs = np.array(values, dtype=float) if numeric else np.arange(len(values), dtype=float)
     keys = list(rows[0]["metrics"])
     figure = Figure(figsize=(9.0, 3.6))
     panels = figure.subplots(1, 2)
@@ -236,15 +245,18 @@ def plot_tradeoff(result: Mapping, path: Path) -> Path:
         axes = panels[1] if key.startswith("preservation") else panels[0]
         metric = [row["metrics"][key] for row in rows]
         means = np.array([m["method_mean"] for m in metric])
-        below = np.array([0.0 if s == 0 else m["difference"] - m["ci_low"] for s, m in zip(scales, metric, strict=True)])
-        above = np.array([0.0 if s == 0 else m["ci_high"] - m["difference"] for s, m in zip(scales, metric, strict=True)])
-        axes.errorbar(scales, means, yerr=[below, above], marker="o", capsize=3, label=metric[0]["metric"])
+        low = [m.get("ci_low") for m in metric]
+        below = np.array([0.0 if low[i] is None else m["difference"] - m["ci_low"] for i, m in enumerate(metric)])
+        above = np.array([0.0 if low[i] is None else m["ci_high"] - m["difference"] for i, m in enumerate(metric)])
+        axes.errorbar(xs, means, yerr=[below, above], marker="o", capsize=3, label=metric[0]["metric"])
     panels[0].set_ylabel("n-way R@1 (test)")
     panels[1].set_ylabel("neighbor preservation (test)")
     for axes in panels:
-        axes.set_xlabel("within-modality weight scale (1 = the paper's α, β)")
+        axes.set_xlabel(setting)
+        if not numeric:
+            axes.set_xticks(xs, [str(v) for v in values])
         axes.grid(alpha=0.3)
         axes.legend(fontsize="small")
-    figure.suptitle(result["label"], fontsize="small")
+    figure.suptitle(title, fontsize="small")
     figure.tight_layout()
     return _save(figure, path)

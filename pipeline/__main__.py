@@ -1,4 +1,6 @@
-"""``python -m pipeline FullRun ...``: the ``luigi --module pipeline FullRun ...`` command, judged by its result.
+"""``python -m pipeline FullRun ...``: the ``luigi --module pipeline FullRun ...`` command, judged by its result;
+``python -m pipeline plan ...`` (FullRun's arguments, and ``--json``): the resolved plan and what each task would
+do, without running anything.
 
 Luigi judges a process by what it saw: in a run shared through ``luigid`` a process whose tasks another
 process ran exits 10 (``[retcode] already_running``: "run by another worker") or 25 (``not_run``), even when
@@ -25,8 +27,34 @@ def judged_by_result(code: object, argv: list[str]) -> object:
     return code
 
 
+def show_plan(argv: list[str]) -> int:
+    """Print the run plan of ``FullRun <argv>`` and each task's status; ``--json``: the plan as JSON."""
+    import json
+
+    from pipeline.plan import format_task_plan, plan_summary, resolved_plan, task_plan
+
+    as_json = "--json" in argv
+    argv = [arg for arg in argv if arg != "--json"]
+    with CmdlineParser.global_instance(["--module", "pipeline", "FullRun", *argv]) as parser:
+        run = parser.get_task_obj()  # checks the names and the --set changes: one line, exit 2
+        report = run.report()
+        planned = task_plan(run.requires())
+        plan = resolved_plan(report)
+        if as_json:
+            plan["tasks"] = [
+                {"task": f"{p.family}/{p.task.signature()}", "label": p.label(), "status": p.status, "reason": p.reason}
+                for p in planned
+            ]
+            print(json.dumps(plan, indent=2, sort_keys=True, default=str))
+            return 0
+        print("\n".join([*plan_summary(plan), *format_task_plan(planned)]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["plan"]:
+        raise SystemExit(show_plan(argv[1:]))
     if "--module" not in argv:
         argv = ["--module", "pipeline", *argv]
     try:

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,6 +16,7 @@ from typing import Any, ClassVar
 import luigi
 
 from common.tokenizer import TOKENIZER_VERSION
+from pipeline.code_versions import FIRST_VERSION, version_of
 from pipeline.io import (
     atomic_directory,
     library_versions,
@@ -24,9 +26,16 @@ from pipeline.io import (
     remove_abandoned_partials,
     write_json,
 )
-from pipeline.profiles import Profile, get_profile
+from pipeline.profiles import Profile
+from pipeline.run_settings import resolved_profile
 
 META_FILE = "_meta.json"
+#: in a resumable task's work folder: the code lineage its partial output was made with
+CODE_MARKER = "_code.json"
+
+
+def _first_version(family: str) -> int:
+    return FIRST_VERSION
 
 logger = logging.getLogger("luigi-interface")
 
@@ -45,7 +54,43 @@ def stable_hash(payload: Any, length: int = 12) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
-class HashedTask(luigi.Task):
+class SettingChangesParameter(luigi.Parameter):
+    """``--set path=value``, repeatable on the command line (``pipeline.run_settings`` says what a path
+    reaches): a tuple of ``path=value`` strings, in the order given (a later change of one path wins)."""
+
+    @classmethod
+    def _parser_kwargs(cls, param_name: str, task_name: str | None = None) -> dict[str, Any]:
+        return {**super()._parser_kwargs(param_name, task_name), "action": "append"}
+
+    def parse(self, x: Any) -> tuple[str, ...]:
+        if isinstance(x, str):  # luigi.cfg: one change, or a JSON list of them
+            x = json.loads(x) if x.strip().startswith("[") else [x]
+        return tuple(str(change) for change in x)
+
+    def normalize(self, x: Any) -> tuple[str, ...]:
+        return self.parse(x)
+
+    def serialize(self, x: Any) -> str:
+        return json.dumps(list(x))
+
+
+class RunSettings:
+    """A profile and the run's changes to it: ``settings`` is what every task reads."""
+
+    profile = luigi.Parameter(default="demo", description="smoke | demo | paper (see pipeline/profiles.py)")
+    set = SettingChangesParameter(
+        default=(),
+        description="change a setting: --set path=value (repeatable), e.g. --set neighbors.k=50 "
+        "--set variants.*.train.learning_rate=3e-4 (docs/usage.md lists the paths)",
+    )
+
+    @property
+    def settings(self) -> Profile:
+        """The profile with the run's ``--set`` changes (resolved and checked once per process)."""
+        return resolved_profile(self.profile, tuple(self.set))
+
+
+class HashedTask(RunSettings, luigi.Task):
     """A task whose output is a directory ``<run_root>/<TaskName>/<signature>/``.
 
     The signature hashes :meth:`config` (the settings this task really uses, resolved from the profile)
@@ -56,7 +101,12 @@ class HashedTask(luigi.Task):
     """
 
     run_root = luigi.Parameter(default="runs", significant=False, description="where outputs are written")
-    profile = luigi.Parameter(default="demo", description="smoke | demo | paper (see pipeline/profiles.py)")
+    keep_stale = luigi.BoolParameter(
+        default=False,
+        significant=False,
+        description="take an output made by an older version of its code as done (the report names it) "
+        "instead of recomputing it and its downstream",
+    )
 
     #: keep a killed run's partial output (checkpoints) and resume from it
     resumable = False
@@ -66,10 +116,6 @@ class HashedTask(luigi.Task):
     #: the files this task writes, by name: other tasks read them only through :meth:`load` (or
     #: :meth:`output_path`) of a task they require, never by a file name of their own
     outputs: ClassVar[dict[str, str]] = {}
-
-    @property
-    def settings(self) -> Profile:
-        return get_profile(self.profile)
 
     def config(self) -> dict[str, Any]:
         """The settings this task's output depends on (besides its inputs)."""
@@ -89,6 +135,60 @@ class HashedTask(luigi.Task):
             }
             cached = self._signature = stable_hash(payload)
         return cached
+
+    def code_versions(self, version: Any = version_of) -> dict[str, int]:
+        """The code version of this task's family and of every family upstream of it (``version``: family ->
+        version, the current one by default)."""
+        versions: dict[str, int] = {}
+        for task in self.upstream():
+            versions.update(task.code_versions(version))
+        versions[self.get_task_family()] = version(self.get_task_family())
+        return versions
+
+    def code_lineage(self, version: Any = version_of) -> str:
+        """A hash of the code versions along every path into this output (``pipeline.code_identity``)."""
+        cache = self.__dict__.setdefault("_lineage", {})
+        if version not in cache:
+            cache[version] = stable_hash(
+                {
+                    "version": version(self.get_task_family()),
+                    "upstream": sorted(task.code_lineage(version) for task in self.upstream()),
+                }
+            )
+        return cache[version]
+
+    def recorded_code(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """The code lineage an output's meta records (one made before lineages were recorded: the first
+        versions of every family)."""
+        if "code" in meta:
+            return meta["code"]
+        first = _first_version
+        return {"lineage": self.code_lineage(first), "versions": self.code_versions(first)}
+
+    def stale_reason(self) -> str | None:
+        """Why this task's existing output was made by other code than today's (None: it was not, or it
+        does not exist): the families whose version differs, e.g. ``code: Train 1 -> 2``."""
+        path = self.output_dir() / META_FILE
+        if not path.exists():
+            return None
+        try:
+            recorded = self.recorded_code(read_json(path))
+        except (OSError, ValueError):
+            return None
+        if recorded["lineage"] == self.code_lineage():
+            return None
+        now = self.code_versions()
+        was = recorded.get("versions", {})
+        changed = [
+            f"{family} {was.get(family, '?')} -> {version}" for family, version in now.items() if was.get(family) != version
+        ]
+        return "code: " + (", ".join(changed) or "the lineage of its inputs changed")
+
+    def complete(self) -> bool:
+        """The output exists and was made by today's code (or ``--keep-stale`` keeps an older one)."""
+        if not super().complete():
+            return False
+        return self.keep_stale or self.stale_reason() is None
 
     def output_dir(self) -> Path:
         return Path(self.run_root) / self.get_task_family() / self.signature()
@@ -139,6 +239,7 @@ class HashedTask(luigi.Task):
                     logger.info("%s: removed the abandoned partial output %s", self.task_id, partial)
             started = time.time()
             with atomic_directory(self.output_dir(), resume=self.resumable) as work_dir:
+                self._start_with_todays_code(work_dir)
                 summary = self.produce(work_dir)
                 write_json(
                     work_dir / META_FILE,
@@ -155,11 +256,27 @@ class HashedTask(luigi.Task):
                             task.get_task_family(): str(task.output_dir()) for task in self.upstream()
                         },
                         "versions": library_versions(),
+                        "code": {"lineage": self.code_lineage(), "versions": self.code_versions()},
                         "wall_time_s": round(time.time() - started, 3),
                         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         "summary": summary,
                     },
                 )
+
+    def _start_with_todays_code(self, work_dir: Path) -> None:
+        """A resumable task's work folder kept from a killed run of other code is emptied (its checkpoints
+        would resume yesterday's computation); the folder then records today's lineage."""
+        if not self.resumable:
+            return  # its work folder always starts empty
+        marker = Path(work_dir) / CODE_MARKER
+        lineage = self.code_lineage()
+        if any(Path(work_dir).iterdir()):
+            kept = read_json(marker)["lineage"] if marker.exists() else self.code_lineage(_first_version)
+            if kept != lineage:
+                logger.warning("%s: its partial output was made by other code: starting again", self.task_id)
+                for child in Path(work_dir).iterdir():
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+        write_json(marker, {"lineage": lineage})
 
     def meta(self) -> dict[str, Any]:
         return read_json(self.output_dir() / META_FILE)

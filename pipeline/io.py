@@ -146,7 +146,9 @@ def _acquire(path: Path, final: Path) -> int | None:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-                    logger.warning("waiting for %s: another process (pid %s) is producing it", final, holder)
+                    # the same run's other worker (a sibling process) is no news to its user
+                    log = logger.info if _parent_of(holder) == os.getppid() else logger.warning
+                    log("waiting for %s: another process (pid %s) is producing it", final, holder)
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 if _is_file_at(fd, path):
                     with suppress(OSError):  # the pid is for the message above only
@@ -163,6 +165,14 @@ def _acquire(path: Path, final: Path) -> int | None:
                 os.close(fd)
                 raise
             os.close(fd)  # its holder removed that file on release: lock the one at ``path`` now
+
+
+def _parent_of(pid: str) -> int | None:
+    """The parent pid of process ``pid`` (Linux ``/proc``; None where it cannot be read)."""
+    try:
+        return int(Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _is_file_at(fd: int, path: Path) -> bool:

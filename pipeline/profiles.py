@@ -140,6 +140,9 @@ class Profile:
     #: more seeds where the report's headline needs power (the baseline and the method it tests)
     seeds_by_variant: dict[str, tuple[int, ...]] = field(default_factory=dict)
     tuning: TuningSettings = TuningSettings()
+    #: the run's changes to variants (``--set variants.<name or *>...``): variant name or ``*`` -> the
+    #: ``--variant-overrides`` shape; applied under a task's own overrides (a tuning trial's point wins)
+    variant_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def seeds_for(self, variant: str) -> tuple[int, ...]:
         return tuple(self.seeds_by_variant.get(variant, self.seeds))

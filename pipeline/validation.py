@@ -5,26 +5,32 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.profiles import Profile
 
 
 class RunConfigurationError(ValueError):
     """A run's parameters name something that does not exist; the message says what would."""
 
 
-def check_run_names(
-    profile: str, dataset: str, variants: Iterable[str], overrides: Mapping[str, Any]
-) -> None:
-    """Raise :class:`RunConfigurationError` for an unknown profile, dataset, variant or override target."""
-    from data_recipes import RECIPES
+def check_profile(profile: str) -> None:
+    """Raise :class:`RunConfigurationError` for an unknown profile."""
     from pipeline.profiles import PROFILES
-    from pipeline.variant_spec import VariantError
-    from pipeline.variants import VARIANTS, resolve_variant
 
     if profile not in PROFILES:
         raise RunConfigurationError(
             f"unknown profile {profile!r}; valid profiles: {', '.join(sorted(PROFILES))}"
         )
+
+
+def check_run_names(dataset: str, variants: Iterable[str], overrides: Mapping[str, Any]) -> None:
+    """Raise :class:`RunConfigurationError` for an unknown dataset, variant or override target."""
+    from data_recipes import RECIPES
+    from pipeline.variant_spec import VariantError
+    from pipeline.variants import VARIANTS, resolve_variant
+
     if dataset not in RECIPES:
         raise RunConfigurationError(
             f"unknown dataset {dataset!r}; valid datasets: {', '.join(sorted(RECIPES))}"
@@ -41,17 +47,17 @@ def check_run_names(
             raise RunConfigurationError(f"bad override for variant {name!r}: {error}") from None
 
 
-def check_tuning(profile: str, protocols: Iterable[str], tuned_variants: Iterable[str]) -> None:
+def check_tuning(profile: Profile, protocols: Iterable[str], tuned_variants: Iterable[str]) -> None:
     """Raise :class:`RunConfigurationError` for an unknown protocol, or a tuning budget that some tuned
     variant's search space cannot fill (every variant of a comparison gets exactly the budget's trials)."""
-    from pipeline.profiles import PROFILES, PROTOCOLS
+    from pipeline.profiles import PROTOCOLS
     from pipeline.variants import VARIANTS
 
     unknown = [p for p in protocols if p not in PROTOCOLS]
     if unknown:
         raise RunConfigurationError(f"unknown protocol {unknown[0]!r}; valid protocols: {', '.join(PROTOCOLS)}")
-    tuning = PROFILES[profile].tuning
-    cap = PROFILES[profile].train.epochs
+    tuning = profile.tuning
+    cap = profile.train.epochs
     if tuned_variants and tuning.extended_cap(cap) <= cap:
         raise RunConfigurationError(
             f"the tuning's extended_epochs ({tuning.extended_cap(cap)}) must be above the epoch cap ({cap}): a "
@@ -86,26 +92,16 @@ def gpu_shortfall(processes_by_variant: Mapping[str, int], host_gpus: int, sched
     return None
 
 
-def check_gpu_fit(profile: str, variants: Iterable[str], overrides: Mapping[str, Any]) -> None:
-    """On a CUDA host, raise :class:`RunConfigurationError` when a variant's ``nproc_per_node`` does not fit
-    (see :func:`gpu_shortfall`). On CPU the processes are gloo processes and always fit."""
+def check_gpu_fit(processes_by_variant: Mapping[str, int]) -> None:
+    """On a CUDA host, raise :class:`RunConfigurationError` when a variant's ``nproc_per_node`` (given per
+    variant) does not fit (see :func:`gpu_shortfall`). On CPU the processes are gloo processes and always fit."""
     import luigi
     import torch
 
-    from pipeline.profiles import PROFILES
-    from pipeline.variants import resolve_variant
-
     if not torch.cuda.is_available():
         return
-    settings = PROFILES[profile]
-    processes = {
-        name: resolve_variant(name, dict(overrides.get(name, {})), settings.loss_defaults)
-        .train_settings(settings.train)
-        .nproc_per_node
-        for name in variants
-    }
     scheduler_gpus = luigi.configuration.get_config().getint("resources", "gpu", 1)
-    problem = gpu_shortfall(processes, torch.cuda.device_count(), scheduler_gpus)
+    problem = gpu_shortfall(processes_by_variant, torch.cuda.device_count(), scheduler_gpus)
     if problem:
         raise RunConfigurationError(problem)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -40,6 +41,30 @@ def check_names(what: str, given: Mapping[str, Any] | set[str], valid: list[str]
         raise VariantError(f"unknown {what} {unknown}; valid: {sorted(valid)}")
 
 
+#: loss parameters renamed so that names explain themselves (the paper's α, β of Eq. 8 are weights, and
+#: "alpha" also named the angular loss's angle): old name -> new name, per loss. The old names still work, with
+#: a warning; output hashes keep spelling the old names (:meth:`LossSpec.as_dict`), so no output path moved.
+RENAMED_PARAMETERS: dict[str, dict[str, str]] = {
+    "within_modality": {"alpha": "text_weight", "beta": "image_weight"},
+    "pvse_within_modality": {"alpha": "text_weight", "beta": "image_weight"},
+}
+
+
+def renamed(loss: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with a renamed parameter's old name replaced by its new one, with a warning (a FutureWarning,
+    which Python shows by default, unlike a DeprecationWarning raised outside ``__main__``)."""
+    renames = RENAMED_PARAMETERS.get(loss, {})
+    out = {}
+    for key, value in params.items():
+        if key in renames:
+            warnings.warn(
+                f"parameter {key!r} of loss {loss!r} is deprecated: use {renames[key]!r}", FutureWarning, stacklevel=4
+            )
+            key = renames[key]
+        out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class LossSpec:
     """A registered loss by name, with the parameters its constructor takes."""
@@ -49,7 +74,10 @@ class LossSpec:
 
     def __post_init__(self) -> None:
         if self.name not in LOSSES:
-            raise VariantError(f"unknown loss {self.name!r}; registered losses: {sorted(LOSSES)}")
+            raise VariantError(LOSSES.unknown_message(self.name))
+        # a deprecated loss name is its new name (one output hash, one record)
+        object.__setattr__(self, "name", LOSSES.resolve(self.name))
+        object.__setattr__(self, "params", renamed(self.name, self.params))
         check_names(f"parameter(s) of loss {self.name!r}", self.params, parameters_of(LOSSES[self.name], 0))
 
     def build(self) -> Loss:
@@ -66,7 +94,10 @@ class LossSpec:
         return {**defaults, **self.params}
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "params": self.resolved_params()}
+        """What a task hashes and records: every parameter, a renamed one under its first name (see
+        :data:`RENAMED_PARAMETERS`: an output made before a rename keeps its path)."""
+        first_name = {new: old for old, new in RENAMED_PARAMETERS.get(self.name, {}).items()}
+        return {"name": self.name, "params": {first_name.get(k, k): v for k, v in self.resolved_params().items()}}
 
 
 #: joins the paths of one knob that sets several parameters to the same value (e.g. one angle for both the

@@ -40,11 +40,11 @@ def tuned_space(*, angle: tuple[str, ...] = (), margin: tuple[str, ...] = (), wi
 
 
 ANGULAR = LossSpec("angular", {"form": "smooth", "alpha_degrees": 45.0, "symmetric": True})
-WITHIN_ANGULAR = LossSpec("within_modality", {"form": "angular", "alpha": 0.2, "beta": 0.3})
+WITHIN_ANGULAR = LossSpec("within_modality", {"form": "angular", "text_weight": 0.2, "image_weight": 0.3})
 TRIPLET = LossSpec(
     "triplet", {"distance": "squared_l2", "negatives": "all", "margin": 0.2, "symmetric": True}
 )
-WITHIN_TRIPLET = LossSpec("within_modality", {"form": "triplet", "alpha": 0.3, "beta": 0.1, "margin": 0.2})
+WITHIN_TRIPLET = LossSpec("within_modality", {"form": "triplet", "text_weight": 0.3, "image_weight": 0.1, "margin": 0.2})
 PVSE = LossSpec("pvse_mil", {})
 
 
@@ -87,13 +87,13 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             "ours_minus_text",
             "Ours − L_text",
-            (ANGULAR, LossSpec("within_modality", {"form": "angular", "alpha": 0.0, "beta": 0.3})),
+            (ANGULAR, LossSpec("within_modality", {"form": "angular", "text_weight": 0.0, "image_weight": 0.3})),
             neighbor_source="text",
         ),
         Variant(
             "ours_minus_img",
             "Ours − L_img",
-            (ANGULAR, LossSpec("within_modality", {"form": "angular", "alpha": 0.2, "beta": 0.0})),
+            (ANGULAR, LossSpec("within_modality", {"form": "angular", "text_weight": 0.2, "image_weight": 0.0})),
             neighbor_source="text",
         ),
         # Table 2: Wang et al. 2016 structure preservation on top of Trip+NP+Sym, with the ground-truth

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import luigi
 
 
@@ -28,3 +31,11 @@ def build(tasks: list[luigi.Task]) -> tuple[luigi.execution_summary.LuigiRunResu
     finally:
         luigi.Task._event_callbacks[luigi.Task][luigi.Event.SUCCESS].discard(recorder)
     return result, recorder
+
+
+def copied_root(smoke_run, tmp_path: Path) -> Path:
+    """A copy of the session's smoke run root, for a test that rebuilds outputs in place or watches a run
+    (the other tests must not see its outputs)."""
+    root = tmp_path / "runs"
+    shutil.copytree(smoke_run[3], root, ignore=shutil.ignore_patterns("*.lock", "*.partial"))
+    return root

@@ -153,8 +153,8 @@ def ref_neighbor_negatives(case, m: int) -> list[int]:
 def ref_within(case, params: dict) -> tuple[dict[str, float], dict[str, list[int]]]:
     form = params.get("form", "angular")
     weights = {"angular": (0.2, 0.3), "triplet": (0.3, 0.1)}[form]  # Thomas & Kovashka §3.3
-    alpha = params.get("alpha", weights[0])
-    beta = params.get("beta", weights[1])
+    alpha = params.get("text_weight", weights[0])
+    beta = params.get("image_weight", weights[1])
     tan_sq = math.tan(math.radians(params.get("alpha_degrees", 45.0))) ** 2
     losses, counts = {}, {}
     for name, weight, pool, neighbors in (
@@ -252,7 +252,7 @@ CONFIGS = [
     ("within_modality", {}),
     (
         "within_modality",
-        {"form": "angular", "angular_form": "hinge", "alpha_degrees": 30.0, "alpha": 0.5, "beta": 2.0},
+        {"form": "angular", "angular_form": "hinge", "alpha_degrees": 30.0, "text_weight": 0.5, "image_weight": 2.0},
     ),
     ("within_modality", {"form": "triplet"}),
     ("within_modality", {"form": "triplet", "distance": "cosine", "margin": 0.4}),
@@ -473,7 +473,7 @@ def test_within_modality_defaults_to_the_paper_weights_of_its_form():
     case = make_case("random")
     for form, (alpha, beta) in {"angular": (0.2, 0.3), "triplet": (0.3, 0.1)}.items():
         default = build_loss("within_modality", form=form)(**case)
-        unit = build_loss("within_modality", form=form, alpha=1.0, beta=1.0)(**case)
+        unit = build_loss("within_modality", form=form, text_weight=1.0, image_weight=1.0)(**case)
         assert default["within_text_loss"].item() == pytest.approx(alpha * unit["within_text_loss"].item())
         assert default["within_image_loss"].item() == pytest.approx(beta * unit["within_image_loss"].item())
 

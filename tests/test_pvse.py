@@ -290,7 +290,7 @@ def loop_within_reference(anchors_all, positives, groups, neighbor_of, neighbor_
 @pytest.mark.parametrize("negatives", ["hardest", "all"])
 def test_within_modality_loss_equals_loop_reference(negatives: str) -> None:
     image, text, neighbor_image, neighbor_text, groups, neighbor_of, neighbor_groups = within_setup()
-    loss = build_loss("pvse_within_modality", alpha=0.4, beta=0.6, within_margin=0.8, negatives=negatives)
+    loss = build_loss("pvse_within_modality", text_weight=0.4, image_weight=0.6, within_margin=0.8, negatives=negatives)
     got = loss(
         image=image,
         text=text,
@@ -592,7 +592,7 @@ def test_pvse_within_modality_diagnostics_count_the_hand_built_violations(
         assert reference == counts, name
 
     # a switched-off term (alpha = 0) sends no gradient to any negative
-    ablated = build_loss("pvse_within_modality", alpha=0.0, within_margin=0.5, negatives=negatives)
+    ablated = build_loss("pvse_within_modality", text_weight=0.0, within_margin=0.5, negatives=negatives)
     off = ablated.diagnostics(**inputs)
     assert off["within_text_contributing_negatives"].tolist() == [0, 0, 0, 0]
     assert off["within_image_contributing_negatives"].tolist() == within_image

@@ -724,7 +724,7 @@ def test_collect_cocos_summarises_every_loss_over_one_pass_with_neighbors():
     sampler = BatchSampler(np.arange(n), 4, np.random.default_rng(0), neighbors, "in_batch")
     losses = [
         build_loss("angular", form="smooth", alpha_degrees=45.0, symmetric=True),
-        build_loss("within_modality", form="angular", alpha=0.2, beta=0.3),
+        build_loss("within_modality", form="angular", text_weight=0.2, image_weight=0.3),
     ]
     summary = collect_cocos(TinyModel(), losses, data, sampler, 4, torch.device("cpu"))
     assert set(summary) == {"angular", "within_modality"}

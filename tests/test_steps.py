@@ -173,9 +173,13 @@ def test_stable_hash_ignores_key_order():
 
 
 def test_variant_overrides_change_only_the_named_loss():
-    spec = resolve_variant("ours", {"within_modality": {"alpha": 0.7}})
-    assert spec.losses[1].params["alpha"] == 0.7
-    assert VARIANTS["ours"].losses[1].params["alpha"] == 0.2, "the registry entry is not mutated"
+    spec = resolve_variant("ours", {"within_modality": {"text_weight": 0.7}})
+    assert spec.losses[1].params["text_weight"] == 0.7
+    assert VARIANTS["ours"].losses[1].params["text_weight"] == 0.2, "the registry entry is not mutated"
+    with pytest.warns(FutureWarning, match="'alpha' of loss 'within_modality' is deprecated: use 'text_weight'"):
+        old = resolve_variant("ours", {"within_modality": {"alpha": 0.7}})
+    assert old == spec, "the old spelling is the same variant"
+    assert old.as_dict()["losses"][1]["params"]["alpha"] == 0.7, "hashed under its first name: no path moved"
     with pytest.raises(VariantError, match="does not match"):
         resolve_variant("ang_np_sym", {"within_modality": {"alpha": 0.7}})
 
@@ -183,7 +187,7 @@ def test_variant_overrides_change_only_the_named_loss():
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
-        ({"within_modality": {"alpah": 0.7}}, r"unknown parameter\(s\) of loss 'within_modality' \['alpah'\]; valid: \[.*'alpha'"),
+        ({"within_modality": {"alpah": 0.7}}, r"unknown parameter\(s\) of loss 'within_modality' \['alpah'\]; valid: \[.*'text_weight'"),
         ({"train": {"learning_rat": 0.1}}, r"unknown training setting\(s\) \['learning_rat'\]; valid: \[.*'learning_rate'"),
         ({"model_options": {"num_embed": 2}}, r"unknown model option\(s\) of 'vse' \['num_embed'\]"),
         ({"neighbor_source": "txt"}, r"neighbor_source 'txt' is unknown; valid: \('text', 'image', None\)"),

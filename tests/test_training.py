@@ -50,7 +50,7 @@ def tiny_model(seed: int = 0) -> VSEModel:
 
 
 def ours_losses():
-    return [build_loss("angular"), build_loss("within_modality", form="angular", alpha=0.2, beta=0.3)]
+    return [build_loss("angular"), build_loss("within_modality", form="angular", text_weight=0.2, image_weight=0.3)]
 
 
 #: each of the 32 train pairs' neighbor table: the next three pairs

@@ -85,7 +85,7 @@ def within_modality_contributions(
 
 @register_loss("pvse_within_modality")
 class PvseWithinModality(Loss[NeighborPairs]):
-    """``alpha * L_text + beta * L_img`` (Thomas & Kovashka Eq. 6-8) on PVSE's multiple-instance similarity.
+    """``text_weight * L_text + image_weight * L_img`` (α, β of Thomas & Kovashka Eq. 6-8) on PVSE's multiple-instance similarity.
 
     For row m of the neighbor tensors, the anchor is batch row ``i = neighbor_of[m]`` and the positive its
     sampled semantic neighbor ``i'`` (Eq. 5): ``neighbor_text[m]`` for L_text (Eq. 6) and ``neighbor_image[m]``
@@ -99,7 +99,7 @@ class PvseWithinModality(Loss[NeighborPairs]):
     points: picking the max-pair embeddings of anchor and positive leaves no principled choice of which of
     the negative's K embeddings to compare with their centre ``C_i``, and the result would constrain a
     geometry (distances to ``C_i``) that retrieval never reads. The hinge is the paper's triplet variant
-    (Eq. 1 with ``||a - b||^2 = 2 - 2 a.b`` on unit vectors), so the defaults ``alpha = 0.3``, ``beta = 0.1``
+    (Eq. 1 with ``||a - b||^2 = 2 - 2 a.b`` on unit vectors), so the defaults ``text_weight = 0.3``, ``image_weight = 0.1``
     are the paper's values for L_OURS_trip (§3.3); the margin is PVSE's 0.1. ``negatives="hardest"`` reduces
     like the PVSE ranking terms this is added to (VSE++ hardest negative); ``"all"`` sums over every valid
     negative as the N-pairs form of Eq. 3 does.
@@ -111,19 +111,19 @@ class PvseWithinModality(Loss[NeighborPairs]):
 
     def __init__(
         self,
-        alpha: float = 0.3,
-        beta: float = 0.1,
+        text_weight: float = 0.3,
+        image_weight: float = 0.1,
         within_margin: float = 0.1,
         negatives: str = "hardest",
     ) -> None:
         super().__init__()
-        if alpha < 0 or beta < 0 or within_margin < 0:
+        if text_weight < 0 or image_weight < 0 or within_margin < 0:
             raise ValueError(
-                f"alpha, beta and within_margin must be >= 0, got {alpha}, {beta}, {within_margin}"
+                f"text_weight, image_weight and within_margin must be >= 0, got {text_weight}, {image_weight}, {within_margin}"
             )
         check_choice("negatives", negatives, NEGATIVE_MODES)
-        self.alpha = alpha
-        self.beta = beta
+        self.text_weight = text_weight
+        self.image_weight = image_weight
         self.within_margin = within_margin
         self.negatives = negatives
 
@@ -168,7 +168,7 @@ class PvseWithinModality(Loss[NeighborPairs]):
                 f"neighbor_group_ids must have shape ({num_neighbors},), got {tuple(neighbor_group_ids.shape)}"
             )
         neighbors = Neighbors(neighbor_image, neighbor_text, neighbor_of, neighbor_group_ids)
-        return neighbor_pairs(image, text, neighbors, group_ids, self.alpha, self.beta)
+        return neighbor_pairs(image, text, neighbors, group_ids, self.text_weight, self.image_weight)
 
     def compute(self, pairs: NeighborPairs) -> LossOutput:
         return {

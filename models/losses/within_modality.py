@@ -1,5 +1,6 @@
 """Within-modality semantic-neighborhood constraints of Thomas & Kovashka (ECCV 2020): L_text (Eq. 6) and
-L_img (Eq. 7) in N-pair form, weighted by α and β as in Eq. 8.
+L_img (Eq. 7) in N-pair form, weighted by α and β as in Eq. 8 (``text_weight`` and ``image_weight`` here: the
+paper's α is a weight, not the angle ``alpha_degrees`` of the angular N-pair loss).
 
 For sampled neighbor row m of batch row i = ``neighbor_of[m]``: anchor text_i (image_i), positive the
 neighbor's text (image), negatives every batch row j of the same modality that belongs neither to i's
@@ -34,8 +35,8 @@ from models.losses.pair_terms import (
 
 #: α (weight of L_text) and β (weight of L_img) chosen on held-out data in §3.3 of the paper.
 PAPER_WEIGHTS: dict[str, dict[str, float]] = {
-    "angular": {"alpha": 0.2, "beta": 0.3},
-    "triplet": {"alpha": 0.3, "beta": 0.1},
+    "angular": {"text_weight": 0.2, "image_weight": 0.3},
+    "triplet": {"text_weight": 0.3, "image_weight": 0.1},
 }
 
 
@@ -45,7 +46,7 @@ class WithinModality(Loss[NeighborPairs]):
 
     ``form="angular"`` uses the angular N-pair term (``angular_form`` smooth/hinge, ``alpha_degrees``) as
     in "Ours (Ang)"; ``form="triplet"`` the all-negatives triplet term (``margin``, ``distance``) as in
-    "Ours (Trip)". ``alpha``/``beta`` default to the paper's values for the form (``PAPER_WEIGHTS``);
+    "Ours (Trip)". ``text_weight`` (α) / ``image_weight`` (β) default to the paper's values for the form (``PAPER_WEIGHTS``);
     ``weight_scale`` multiplies both (one knob for how much the within-modality terms weigh against the
     cross-modal loss: 0 trains on the same batches with the cross-modal loss alone, 1 is the paper's
     weighting). Each term is the mean over the neighbor pairs.
@@ -56,8 +57,8 @@ class WithinModality(Loss[NeighborPairs]):
     def __init__(
         self,
         form: str = "angular",
-        alpha: float | None = None,
-        beta: float | None = None,
+        text_weight: float | None = None,
+        image_weight: float | None = None,
         weight_scale: float = 1.0,
         angular_form: str = "smooth",
         alpha_degrees: float = 45.0,
@@ -72,12 +73,14 @@ class WithinModality(Loss[NeighborPairs]):
             )
         check_choice("angular_form", angular_form, ANGULAR_FORMS)
         check_choice("distance", distance, DISTANCES)
-        if weight_scale < 0:
-            raise LossPreconditionError(f"weight_scale must be >= 0, got {weight_scale}")
+        if weight_scale < 0 or min(w for w in (text_weight, image_weight, 0.0) if w is not None) < 0:
+            raise LossPreconditionError(
+                f"weight_scale, text_weight and image_weight must be >= 0, got {weight_scale}, {text_weight}, {image_weight}"
+            )
         self.form = form
         self.weight_scale = weight_scale
-        self.alpha = weight_scale * (PAPER_WEIGHTS[form]["alpha"] if alpha is None else alpha)
-        self.beta = weight_scale * (PAPER_WEIGHTS[form]["beta"] if beta is None else beta)
+        self.text_weight = weight_scale * (PAPER_WEIGHTS[form]["text_weight"] if text_weight is None else text_weight)
+        self.image_weight = weight_scale * (PAPER_WEIGHTS[form]["image_weight"] if image_weight is None else image_weight)
         self.angular_form = angular_form
         self.tan_sq = tan_squared(alpha_degrees)
         self.margin = margin
@@ -103,7 +106,7 @@ class WithinModality(Loss[NeighborPairs]):
             ("neighbor_text", neighbors.text),
         ):
             check_embedding_matrix(name, value, unit_norm=unit_norm)
-        return neighbor_pairs(image, text, neighbors, group_ids, self.alpha, self.beta)
+        return neighbor_pairs(image, text, neighbors, group_ids, self.text_weight, self.image_weight)
 
     def compute(self, pairs: NeighborPairs) -> LossOutput:
         losses: LossOutput = {}

@@ -9,9 +9,10 @@ import luigi
 from luigi.freezing import recursively_unfreeze
 
 from data_recipes import CAPTION_GROUP_RECIPES
-from pipeline.profiles import TrainSettings, get_profile
+from pipeline.profiles import TrainSettings
+from pipeline.run_settings import resolved_variant
 from pipeline.variant_spec import Variant
-from pipeline.variants import VARIANTS, paper_grid, resolve_variant
+from pipeline.variants import VARIANTS, paper_grid
 
 
 class DatasetParams:
@@ -59,9 +60,8 @@ class VariantChoice:
     )
 
     def variant_spec(self) -> Variant:
-        return resolve_variant(
-            self.variant, recursively_unfreeze(self.variant_overrides), self.settings.loss_defaults
-        )
+        """The variant with the run's changes to it (``--set variants...``) and this task's own on top."""
+        return resolved_variant(self.settings, self.variant, recursively_unfreeze(self.variant_overrides))
 
     def train_settings(self) -> TrainSettings:
         """The profile's training settings with this variant's ``train`` overrides applied."""
@@ -89,7 +89,7 @@ class GridParams:
     )
 
     def protocols(self) -> tuple[str, ...]:
-        chosen = self.protocol or get_profile(self.profile).tuning.protocol
+        chosen = self.protocol or self.settings.tuning.protocol
         return ("shared", "tuned") if chosen == "both" else (chosen,)
 
     def tuned_variants(self) -> list[str]:
@@ -106,7 +106,7 @@ class GridParams:
 
     def seeds_for(self, variant: str) -> list[int]:
         """``--seeds`` when given, else the profile's seeds for ``variant``."""
-        return [int(s) for s in self.seeds] or list(get_profile(self.profile).seeds_for(variant))
+        return [int(s) for s in self.seeds] or list(self.settings.seeds_for(variant))
 
     def seed_plan(self) -> dict[str, list[int]]:
         return {variant: self.seeds_for(variant) for variant in self.variant_names()}

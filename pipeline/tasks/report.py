@@ -28,6 +28,7 @@ from evaluation.report import (
 )
 from pipeline.base import HashedTask
 from pipeline.io import library_versions, save_text, write_json
+from pipeline.plan import plan_summary, resolved_plan
 from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
@@ -100,11 +101,17 @@ class Report(GridParams, DatasetParams, HashedTask):
         "html": "report.html",
         "json": "report.json",
         "run_index": "run_index.json",
+        "run_plan": "run_plan.json",
     }
 
     def complete(self) -> bool:
-        # a report written before the run index existed is rebuilt in place (same path; only the Report runs)
-        return super().complete() and self.output_path("run_index").exists()
+        # a report written before the run index or the run plan existed is rebuilt in place (same path; only
+        # the Report runs)
+        return (
+            super().complete()
+            and self.output_path("run_index").exists()
+            and self.output_path("run_plan").exists()
+        )
 
     def run_index(self, req: dict[str, Any]) -> list[dict[str, Any]]:
         """Which output folders hold each run of this report (``req``: its requirements): variant, seed,
@@ -279,12 +286,38 @@ class Report(GridParams, DatasetParams, HashedTask):
             selections=selections,
         )
         document, payload = build_report(inputs, work_dir)
+        plan = {**resolved_plan(self), "report": self.signature()}
+        kept = [
+            {"task": f"{task.get_task_family()}/{task.signature()}", "reason": reason}
+            for task in every.values()
+            if (reason := task.stale_reason()) is not None
+        ]
+        plan["kept_stale_outputs"] = kept
+        payload["run_plan"] = {"changes": plan["changes"], "kept_stale_outputs": kept}
+        plan_section(document, plan)
         payload["serve_command"] = search_section(document, req["search_index"])
         save_text(self.work_path(work_dir, "markdown"), document.to_markdown())
         save_text(self.work_path(work_dir, "html"), document.to_html())
         write_json(self.work_path(work_dir, "json"), payload)
         write_json(self.work_path(work_dir, "run_index"), {"report": self.signature(), "runs": self.run_index(req)})
+        write_json(self.work_path(work_dir, "run_plan"), plan)
         return {"variants": self.variant_names(), "seeds": self.seed_plan()}
+
+
+def plan_section(document: Document, plan: dict[str, Any]) -> None:
+    """The run plan in brief (``run_plan.json`` has all of it) and any output kept from older code."""
+    document.heading("Run plan")
+    document.paragraph(
+        "Everything this run used, resolved once, is in `run_plan.json` beside this report; "
+        "`python -m pipeline plan` with the same arguments shows it and what each task would do."
+    )
+    for line in plan_summary(plan):
+        document.paragraph(line)
+    if plan["kept_stale_outputs"]:
+        document.paragraph(
+            "**Outputs made by older code, kept with --keep-stale** (their numbers may not be what today's code "
+            "computes): " + "; ".join(f"{k['task']} ({k['reason']})" for k in plan["kept_stale_outputs"])
+        )
 
 
 def search_section(document: Document, search_index: SearchIndex) -> str:

@@ -317,5 +317,8 @@ class Train(VariantParams, DatasetParams, HashedTask):
             device=pick_device(),  # the Trainer takes the GPU of this process's local rank
             distributed=distributed,
             validation_score=scorer,
+            # no bar per epoch: two workers' bars would interleave on one terminal; FullRun's display shows
+            # each running training's epoch and validation score (pipeline.progress)
+            progress=False,
         )
         return trainer, scorer

@@ -1,0 +1,331 @@
+"""Every setting of a run reachable by one path, changed by ``--set path=value`` (repeatable) and swept by
+``--sweep path=v1,v2,...``: the profile's settings as one tree, the changes applied to it once, checked once.
+
+The tree (``settings_tree``)::
+
+    data.image_cache_size  data.reject_budget  data.options.<recipe option>
+    dedup.threshold  dedup.num_perm  dedup.shingle_size
+    split.train  split.val  split.test
+    doc2vec.<field>  word_vectors.<field>  neighbors.<field>  train.<field>  eval.<field>  tuning.<field>
+    seeds                                  every variant's training seeds, e.g. seeds=[0,1,2]
+    variants.<variant or *>.<loss>.<parameter>    e.g. variants.ours.within_modality.text_weight=0.5
+    variants.<variant or *>.train.<field>         e.g. variants.*.train.learning_rate=3e-4
+    variants.<variant or *>.neighbor_source | label | model_options.<option>
+
+A value is read as JSON (``3e-4``, ``true``, ``null``, ``[0,1]``) or else as a plain string, then checked
+against the setting's type. A change of ``split.val`` or ``split.test`` alone is balanced by ``split.train``.
+Tasks read the changed profile (``HashedTask.settings``); each hashes only the settings it uses, so a change
+moves the output paths of the tasks that use it and of their downstream tasks, and no other.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields, is_dataclass, replace
+from typing import Any
+
+from pipeline.profiles import Profile, get_profile
+from pipeline.validation import RunConfigurationError
+
+#: the profile's settings groups that are dataclasses, reached as ``<group>.<field>``
+SECTIONS = ("doc2vec", "word_vectors", "neighbors", "train", "eval", "tuning")
+#: groups of flat Profile fields: path -> Profile field
+FLAT = {
+    "data.image_cache_size": "image_cache_size",
+    "data.reject_budget": "reject_budget",
+    "dedup.threshold": "dedup_threshold",
+    "dedup.num_perm": "dedup_num_perm",
+    "dedup.shingle_size": "dedup_shingle_size",
+}
+TOP_LEVEL = ("data", "dedup", "split", *SECTIONS, "seeds", "variants")
+#: what a variant change may reach besides its losses
+VARIANT_KEYS = ("train", "model_options", "neighbor_source", "label")
+EVERY_VARIANT = "*"
+
+
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(valid), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown(what: str, name: str, valid: Iterable[str]) -> RunConfigurationError:
+    valid = sorted(valid)
+    return RunConfigurationError(f"{what} has no setting {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}")
+
+
+def read_value(text: str) -> Any:
+    """``text`` as JSON when it is JSON (numbers, true/false/null, lists, objects), else the string itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def split_change(change: str) -> tuple[str, str]:
+    """``path=value`` -> (path, raw value); one line naming the expected shape otherwise."""
+    path, equals, value = change.partition("=")
+    if not equals or not path.strip():
+        raise RunConfigurationError(f"--set {change!r}: expected path=value, e.g. --set neighbors.k=50")
+    return path.strip(), value.strip()
+
+
+def coerce(value: Any, hint: Any, where: str) -> Any:
+    """``value`` as the type ``hint`` says (an int is a float too, a list a tuple); one line otherwise."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(hint):
+            try:
+                return coerce(value, option, where)
+            except RunConfigurationError:
+                continue
+        raise RunConfigurationError(f"{where}: {value!r} is not {_type_name(hint)}")
+    if hint is type(None):
+        if value is None:
+            return None
+    elif hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif origin is tuple:
+        if isinstance(value, (list, tuple)):
+            item = typing.get_args(hint)[0]
+            return tuple(coerce(v, item, where) for v in value)
+    elif origin is dict or hint is dict:
+        if isinstance(value, dict):
+            return value
+    else:
+        return value  # Any, Mapping[...]: checked by whoever reads it
+    raise RunConfigurationError(f"{where}: {value!r} is not {_type_name(hint)}")
+
+
+def _type_name(hint: Any) -> str:
+    name = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}.get(hint)
+    if name:
+        return name
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(option) for option in typing.get_args(hint))
+    if typing.get_origin(hint) is tuple:
+        return f"a list of {_type_name(typing.get_args(hint)[0]).split(' ', 1)[-1]}s"
+    return str(hint)
+
+
+def _set_field(obj: Any, name: str, value: Any, where: str, what: str) -> Any:
+    """``replace(obj, name=value)`` for a dataclass, the value checked against the field's type."""
+    hints = typing.get_type_hints(type(obj))
+    if name not in {f.name for f in fields(obj)}:
+        raise unknown(what, name, [f.name for f in fields(obj)])
+    try:
+        return replace(obj, **{name: coerce(value, hints[name], where)})
+    except ValueError as error:  # the settings' own checks (__post_init__)
+        if isinstance(error, RunConfigurationError):
+            raise
+        raise RunConfigurationError(f"{where}: {error}") from None
+
+
+def apply_change(profile: Profile, path: str, value: Any) -> Profile:
+    """``profile`` with the setting at ``path`` set to ``value`` (already read from text)."""
+    where = f"--set {path}"
+    parts = path.split(".")
+    head = parts[0]
+    if head not in TOP_LEVEL:
+        raise unknown("the run", head, TOP_LEVEL)
+    if head in SECTIONS:
+        if len(parts) != 2:
+            raise RunConfigurationError(f"{where}: expected {head}.<setting>, e.g. {head}.{fields(getattr(profile, head))[0].name}")
+        return replace(profile, **{head: _set_field(getattr(profile, head), parts[1], value, where, head)})
+    if head in ("data", "dedup") and path in FLAT:
+        return _set_field(profile, FLAT[path], value, where, head)
+    if head == "data" and len(parts) == 3 and parts[1] == "options":
+        return replace(profile, dataset_options={**profile.dataset_options, parts[2]: value})
+    if head in ("data", "dedup"):
+        valid = [p.split(".", 1)[1] for p in FLAT if p.startswith(head + ".")] + (["options.<name>"] if head == "data" else [])
+        raise unknown(head, ".".join(parts[1:]), valid)
+    if head == "split":
+        return replace(profile, split_fractions=_split_change(profile.split_fractions, parts, value, where))
+    if head == "seeds":
+        seeds = coerce(value, tuple[int, ...], where)
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise RunConfigurationError(f"{where}: give distinct seeds, at least one, e.g. seeds=[0,1,2]")
+        return replace(profile, seeds=seeds, seeds_by_variant={})
+    return _variant_change(profile, parts, value, where)
+
+
+def _split_change(fractions: Mapping[str, float], parts: list[str], value: Any, where: str) -> dict[str, float]:
+    if len(parts) != 2 or parts[1] not in fractions:
+        raise unknown("split", ".".join(parts[1:]), fractions)
+    share = coerce(value, float, where)
+    if not 0 < share < 1:
+        raise RunConfigurationError(f"{where}: a split's share must be between 0 and 1, got {share}")
+    return {**fractions, parts[1]: share}
+
+
+def _variant_change(profile: Profile, parts: list[str], value: Any, where: str) -> Profile:
+    from pipeline.variants import VARIANTS
+
+    if len(parts) < 3:
+        raise RunConfigurationError(
+            f"{where}: expected variants.<variant or *>.<loss or {'|'.join(VARIANT_KEYS)}>[.<name>], "
+            "e.g. variants.*.train.learning_rate=3e-4"
+        )
+    name, target, rest = parts[1], parts[2], parts[3:]
+    if name != EVERY_VARIANT and name not in VARIANTS:
+        raise RunConfigurationError(f"{where}: unknown variant {name!r}{did_you_mean(name, VARIANTS)}; valid: {', '.join(sorted(VARIANTS))}, or * for every variant")
+    if target in ("neighbor_source", "label"):
+        if rest:
+            raise RunConfigurationError(f"{where}: {target} takes a value, not a sub-setting")
+        change: dict[str, Any] = {target: value}
+    else:
+        if len(rest) != 1:
+            raise RunConfigurationError(f"{where}: expected variants.{name}.{target}.<name>")
+        if target == "train":
+            from models.settings import TrainSettings
+
+            _set_field(profile.train, rest[0], value, where, "train")  # checks the name and the type
+            value = coerce(value, typing.get_type_hints(TrainSettings)[rest[0]], where)
+        change = {target: {rest[0]: value}}
+    merged = {key: dict(changes) for key, changes in profile.variant_overrides.items()}
+    merged[name] = _merge(merged.get(name, {}), change)
+    return replace(profile, variant_overrides=merged)
+
+
+def _merge(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(old)
+    for key, value in new.items():
+        out[key] = {**out.get(key, {}), **value} if isinstance(value, Mapping) else value
+    return out
+
+
+def normalise_split(profile: Profile, changed: set[str]) -> Profile:
+    """After ``split.*`` changes: when ``split.train`` was not set, it takes what the others leave; the
+    shares must then sum to 1."""
+    fractions = dict(profile.split_fractions)
+    if changed and "train" not in changed and "train" in fractions:
+        fractions["train"] = round(1.0 - sum(v for k, v in fractions.items() if k != "train"), 10)
+    total = sum(fractions.values())
+    if abs(total - 1.0) > 1e-9 or min(fractions.values()) <= 0:
+        raise RunConfigurationError(f"--set split.*: the shares {fractions} must be positive and sum to 1")
+    return replace(profile, split_fractions=fractions)
+
+
+def variant_changes_for(profile: Profile, variant: str) -> dict[str, Any]:
+    """The run's changes to ``variant``: those for every variant (``*``) under those naming it. A ``*``
+    change of a loss applies to the variants that have that loss."""
+    from pipeline.variants import VARIANTS
+
+    losses = set(VARIANTS[variant].loss_names()) if variant in VARIANTS else set()
+    every = {
+        key: value
+        for key, value in profile.variant_overrides.get(EVERY_VARIANT, {}).items()
+        if key in VARIANT_KEYS or key in losses
+    }
+    return _merge(every, profile.variant_overrides.get(variant, {}))
+
+
+def resolved_variant(profile: Profile, name: str, overrides: Mapping[str, Any] | None = None) -> Any:
+    """Variant ``name`` as a run of ``profile`` trains it: the profile's loss defaults, the run's changes to
+    the variant, then ``overrides`` (a task's own, e.g. ``--variant-overrides``) on top."""
+    from pipeline.variant_spec import merge_overrides
+    from pipeline.variants import resolve_variant
+
+    return resolve_variant(name, merge_overrides(variant_changes_for(profile, name), overrides or {}), profile.loss_defaults)
+
+
+def check_variant_changes(profile: Profile) -> None:
+    """Every variant change names something its variant has and builds (one line otherwise)."""
+    from pipeline.variant_spec import VariantError
+    from pipeline.variants import VARIANTS
+
+    every = profile.variant_overrides.get(EVERY_VARIANT, {})
+    for key in every:
+        if key not in VARIANT_KEYS and not any(key in v.loss_names() for v in VARIANTS.values()):
+            raise RunConfigurationError(f"--set variants.*.{key}: no variant has a loss {key!r}; valid: {', '.join(VARIANT_KEYS)} or a loss name")
+    for name in [n for n in profile.variant_overrides if n != EVERY_VARIANT] or ([] if not every else list(VARIANTS)):
+        try:
+            resolved_variant(profile, name).build_losses()  # a value the loss refuses (a negative weight) stops the run now
+        except (VariantError, ValueError, TypeError) as error:
+            raise RunConfigurationError(f"--set variants.{name}: {error}") from None
+
+
+def apply_changes(profile: Profile, changes: Sequence[str]) -> Profile:
+    """``profile`` with every ``path=value`` of ``changes`` applied in order, then checked as a whole."""
+    split_changed: set[str] = set()
+    for change in changes:
+        path, raw = split_change(change)
+        profile = apply_change(profile, path, read_value(raw))
+        if path.startswith("split."):
+            split_changed.add(path.split(".", 1)[1])
+    if split_changed:
+        profile = normalise_split(profile, split_changed)
+    if profile.neighbors.sample_k is not None and profile.neighbors.sample_k > profile.neighbors.k:
+        raise RunConfigurationError(
+            f"neighbors.sample_k ({profile.neighbors.sample_k}) cannot exceed neighbors.k ({profile.neighbors.k})"
+        )
+    check_variant_changes(profile)
+    return profile
+
+
+#: (the base profile, its changes) -> the changed profile; keyed by the profile object, so a profile replaced
+#: in PROFILES (a test, a benchmark) is never answered from another's entry
+_RESOLVED: dict[tuple[int, tuple[str, ...]], tuple[Profile, Profile]] = {}
+
+
+def resolved_profile(name: str, changes: tuple[str, ...] = ()) -> Profile:
+    """The profile ``name`` with ``changes`` applied (cached: every task of a run asks for it)."""
+    profile = get_profile(name)
+    if not changes:
+        return profile
+    key = (id(profile), tuple(changes))
+    if key not in _RESOLVED or _RESOLVED[key][0] is not profile:
+        _RESOLVED[key] = (profile, apply_changes(profile, changes))
+    return _RESOLVED[key][1]
+
+
+def settings_tree(profile: Profile) -> dict[str, Any]:
+    """The resolved settings as the tree ``--set`` paths reach (what ``run_plan.json`` shows)."""
+    tree: dict[str, Any] = {
+        "data": {
+            "image_cache_size": profile.image_cache_size,
+            "reject_budget": profile.reject_budget,
+            "options": dict(profile.dataset_options),
+        },
+        "dedup": {p.split(".")[1]: getattr(profile, f) for p, f in FLAT.items() if p.startswith("dedup.")},
+        "split": dict(profile.split_fractions),
+    }
+    for section in SECTIONS:
+        value = getattr(profile, section)
+        tree[section] = {f.name: getattr(value, f.name) for f in fields(value)} if is_dataclass(value) else value
+    tree["seeds"] = {"default": list(profile.seeds), **{k: list(v) for k, v in profile.seeds_by_variant.items()}}
+    tree["loss_defaults"] = {k: dict(v) for k, v in profile.loss_defaults.items()}
+    tree["variants"] = {k: dict(v) for k, v in profile.variant_overrides.items()}
+    return tree
+
+
+def sweep_values(sweep: str) -> tuple[str, list[str]]:
+    """``path=v1,v2,...`` -> (path, raw values); commas inside brackets belong to a value (``[0,1],[2]``)."""
+    path, raw = split_change(sweep)
+    values, depth, current = [], 0, ""
+    for char in raw:
+        depth += char in "[{"
+        depth -= char in "]}"
+        if char == "," and depth == 0:
+            values.append(current.strip())
+            current = ""
+        else:
+            current += char
+    values.append(current.strip())
+    values = [v for v in values if v]
+    if len(values) < 2 or len(set(values)) != len(values):
+        raise RunConfigurationError(f"--sweep {sweep!r}: give two or more distinct values, e.g. --sweep neighbors.k=10,20,50")
+    return path, values

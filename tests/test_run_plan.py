@@ -1,0 +1,166 @@
+"""The run plan on real smoke runs: ``--set`` moves only the outputs that use a setting, a code change makes its
+task and everything downstream stale (and nothing upstream), ``plan`` says so before running, sweeps."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import luigi
+import pytest
+
+from pipeline import FullRun, code_versions
+from pipeline.base import META_FILE
+from pipeline.plan import DONE, KEPT, STALE, task_plan
+from tests.luigi_runs import build, copied_root
+
+ROOT = Path(__file__).resolve().parent.parent
+UPSTREAM = {"PrepareShard", "PrepareDataset", "Deduplicate", "Split", "TrainDoc2Vec", "TrainWordVectors", "TrunkFeatures"}
+SMALL_GRID = {"profile": "smoke", "variants": ["ang_np_sym"], "seeds": [0], "protocol": "shared"}
+
+
+def folders(root: Path) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for meta in root.glob(f"*/*/{META_FILE}"):
+        out.setdefault(meta.parent.parent.name, set()).add(meta.parent.name)
+    return out
+
+
+def metas(root: Path) -> dict[Path, int]:
+    return {meta: meta.stat().st_mtime_ns for meta in root.glob(f"*/*/{META_FILE}")}
+
+
+def test_set_changes_move_only_the_outputs_of_the_tasks_that_use_them(smoke_run, tmp_path):
+    root = copied_root(smoke_run, tmp_path)
+    before = folders(root)
+    changes = ("neighbors.k=10", "variants.*.train.learning_rate=3e-4")
+    run = FullRun(profile="smoke", run_root=str(root), set=changes)
+    planned = task_plan(run.requires())
+    assert {p.family for p in planned if p.status == DONE} >= UPSTREAM
+    assert all(p.status == DONE for p in planned if p.family in UPSTREAM)
+    result, _ = build([run])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    after = folders(root)
+    moved = {family for family in after if after[family] - before.get(family, set())}
+    assert moved == {"NeighborTables", "Train", "Evaluate", "Cocos", "Tune", "TunedRuns", "SearchIndex", "Report"}
+    assert len(after["NeighborTables"] - before["NeighborTables"]) == 2, "both spaces' tables use k"
+    plan = run.report().load("run_plan")
+    assert plan["changes"] == list(changes)
+    assert plan["settings"]["neighbors"]["k"] == 10
+    assert plan["settings"]["variants"] == {"*": {"train": {"learning_rate": 3e-4}}}
+    assert {v["train"]["learning_rate"] for v in plan["variants"].values()} == {3e-4}
+    assert "neighbors.k=10" in run.report().output_path("markdown").read_text()
+
+
+def test_a_code_change_recomputes_its_task_and_everything_downstream_and_nothing_upstream(
+    smoke_run, tmp_path, monkeypatch, capsys
+):
+    root = copied_root(smoke_run, tmp_path)
+    result, _ = build([FullRun(run_root=str(root), **SMALL_GRID)])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    before = metas(root)
+    # the maintainer's answer to a changed loss: python -m pipeline.code_identity --bump Train
+    bumped = copy.deepcopy(code_versions.recorded())
+    bumped["families"]["Train"]["version"] += 1
+    monkeypatch.setattr(code_versions, "recorded", lambda: bumped)
+    luigi.task_register.Register.clear_instance_cache()
+    run = FullRun(run_root=str(root), **SMALL_GRID)
+    planned = task_plan(run.requires())
+    stale = {p.family for p in planned if p.status == STALE}
+    assert stale == {"Train", "Evaluate", "Cocos", "SearchIndex", "Report"}
+    assert all("code: Train 1 -> 2" in p.reason for p in planned if p.status == STALE)
+    assert {p.family for p in planned if p.status == DONE} == UPSTREAM | {"NeighborTables"}
+    from pipeline.__main__ import show_plan
+
+    show_plan(["--run-root", str(root), "--variants", '["ang_np_sym"]', "--seeds", "[0]", "--protocol", "shared", "--profile", "smoke"])
+    shown = capsys.readouterr().out
+    assert "stale Train" in shown and "code: Train 1 -> 2" in shown and "done  Split" in shown
+
+    result, ran = build([run])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    assert set(ran.families()) == {"Train", "Evaluate", "Cocos", "SearchIndex", "Report", "FullRun"}
+    after = metas(root)
+    rebuilt = {meta.parent.parent.name for meta in before if after[meta] != before[meta]}
+    assert rebuilt == stale, "rebuilt in place: the same paths, upstream untouched"
+    train = next(t for t in ran.ran if t.get_task_family() == "Train")
+    assert train.meta()["code"]["versions"]["Train"] == 2
+    luigi.task_register.Register.clear_instance_cache()
+    assert all(p.status == DONE for p in task_plan(FullRun(run_root=str(root), **SMALL_GRID).requires()))
+
+
+def test_keep_stale_takes_older_outputs_and_the_report_names_them(smoke_run, tmp_path, monkeypatch):
+    root = copied_root(smoke_run, tmp_path)
+    bumped = copy.deepcopy(code_versions.recorded())
+    bumped["families"]["Train"]["version"] += 1
+    monkeypatch.setattr(code_versions, "recorded", lambda: bumped)
+    luigi.task_register.Register.clear_instance_cache()
+    # a new evaluation setting: Evaluate and Report run, on the Train kept from the older code
+    run = FullRun(run_root=str(root), keep_stale=True, set=("eval.redraws=3",), **SMALL_GRID)
+    planned = task_plan(run.requires())
+    assert {p.family for p in planned if p.status == KEPT} >= {"Train"}
+    result, ran = build([run])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    assert "Train" not in ran.families() and "Evaluate" in ran.families()
+    kept = run.report().load("run_plan")["kept_stale_outputs"]
+    assert any(k["task"].startswith("Train/") and "Train 1 -> 2" in k["reason"] for k in kept)
+    assert "kept with --keep-stale" in run.report().output_path("markdown").read_text()
+
+
+def test_a_sweep_writes_each_value_s_report_and_the_sweep_table_and_figure(smoke_run, tmp_path):
+    root = copied_root(smoke_run, tmp_path)
+    run = FullRun(
+        profile="smoke", run_root=str(root), variants=["ang_np_sym", "ours"], protocol="shared", sweep="neighbors.k=20,10"
+    )
+    result, _ = build([run])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    sweep = run.requires()
+    data = sweep.load("json")
+    assert data["path"] == "neighbors.k" and [row["value"] for row in data["rows"]] == [20, 10]
+    assert data["paired"] is True, "k does not change the test items"
+    second = data["rows"][1]["metrics"]
+    assert all(m["ci_low"] is not None and m["ci_low"] <= m["difference"] <= m["ci_high"] for m in second.values())
+    assert all(m["difference"] is None for m in data["rows"][0]["metrics"].values()), "the first value is the reference"
+    assert data["rows"][0]["seeds"] == [0, 1]
+    markdown = sweep.output_path("markdown").read_text()
+    assert "| neighbors.k |" in markdown and "Δ" in markdown and "sweep.png" in markdown
+    assert sweep.output_path("figure").stat().st_size > 10_000
+    plans = [report.load("run_plan") for report in sweep.reports()]
+    assert [p["settings"]["neighbors"]["k"] for p in plans] == [20, 10]
+
+
+def run_command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ("doc2vec.windw=5", "error: doc2vec has no setting 'windw' (did you mean 'window'?); valid: dm, epochs, hs, infer_epochs, min_count, negative, vector_size, window"),
+        ("neighbors.k=many", "error: --set neighbors.k: 'many' is not an integer"),
+    ],
+)
+def test_a_wrong_set_exits_2_with_one_line_before_any_work(tmp_path, change, expected):
+    done = run_command("-m", "luigi", "--module", "pipeline", "FullRun", "--profile", "smoke", "--run-root", str(tmp_path), "--set", change)
+    assert done.returncode == 2
+    assert done.stderr.strip() == expected
+    assert list(tmp_path.iterdir()) == [], "nothing was written"
+
+
+def test_plan_prints_the_resolved_plan_and_each_task_s_status_without_running(smoke_run, tmp_path):
+    root = copied_root(smoke_run, tmp_path)
+    before = metas(root)
+    done = run_command("-m", "pipeline", "plan", "--profile", "smoke", "--run-root", str(root), "--set", "neighbors.k=10")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "changes: neighbors.k=10" in out
+    assert "done  PrepareShard" in out and "done  TrainDoc2Vec" in out
+    assert "run   NeighborTables" in out and "settings: neighbors.k 20 -> 10" in out
+    assert "upstream: new NeighborTables" in out
+    assert metas(root) == before and not list(root.glob("*/*.partial")), "nothing ran"
+    as_json = run_command("-m", "pipeline", "plan", "--profile", "smoke", "--run-root", str(root), "--json")
+    plan = json.loads(as_json.stdout)
+    assert plan["settings"]["neighbors"]["k"] == 20 and all(t["status"] == "done" for t in plan["tasks"])
