@@ -26,6 +26,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,6 +37,7 @@ from pipeline.code_versions import VERSIONS_FILE, recorded, version_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PACKAGES = ("common", "pipeline", "models", "data_recipes", "evaluation", "serving")
+MODULE_NAME = re.compile(rf"(?:{'|'.join(PROJECT_PACKAGES)})(?:\.[a-z_][a-z0-9_]*)+")
 
 
 # ---------------------------------------------------------------------------------------- fingerprints
@@ -51,8 +53,9 @@ def module_path(name: str) -> Path | None:
 
 
 def imported_modules(name: str, path: Path) -> set[str]:
-    """Project modules ``path`` imports (statically), and every module of a package that imports its own
-    submodules by scanning its folder (a registry such as the losses or the recipes)."""
+    """Project modules ``path`` imports (statically, lazy imports in functions included), modules it names as
+    strings (imported by name), and every module of a package that imports its own submodules by scanning its
+    folder (a registry such as the losses or the recipes)."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -66,6 +69,8 @@ def imported_modules(name: str, path: Path) -> set[str]:
                 base = ".".join([*parent, base] if base else parent)
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value):
+            found.add(node.value)  # a module imported by name (a registry's lazy ``modules=("models.vse", ...)``)
     if path.name == "__init__.py" and ("iter_modules" in path.read_text() or "import_submodules" in path.read_text()):
         found.update(f"{name}.{child.stem}" for child in path.parent.glob("*.py") if child.stem != "__init__")
         found.update(f"{name}.{child.name}" for child in path.parent.iterdir() if (child / "__init__.py").exists())

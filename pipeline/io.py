@@ -62,6 +62,10 @@ TRACKED_PACKAGES = (
     "luigi",
 )
 
+#: this run's identity in the lock files it holds: the pid of the process that imported this module first,
+#: which Luigi's forked workers inherit (a second run, even one started from the same shell, has another)
+RUN_ID = str(os.getpid())
+
 #: flock is not supported here (some network file systems): outputs are built without the lock
 _NO_LOCKING = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}
 
@@ -145,15 +149,15 @@ def _acquire(path: Path, final: Path) -> int | None:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-                    # the same run's other worker (a sibling process) is no news to its user
-                    log = logger.info if _parent_of(holder) == os.getppid() else logger.warning
-                    log("waiting for %s: another process (pid %s) is producing it", final, holder)
+                    holder, _, run = os.pread(fd, 64, 0).decode(errors="replace").strip().partition(" ")
+                    # the same run's other worker is no news to its user; another run is
+                    log = logger.info if run == RUN_ID else logger.warning
+                    log("waiting for %s: another process (pid %s) is producing it", final, holder or "unknown")
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 if _is_file_at(fd, path):
                     with suppress(OSError):  # the pid is for the message above only
                         os.ftruncate(fd, 0)
-                        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                        os.pwrite(fd, f"{os.getpid()} {RUN_ID}\n".encode(), 0)
                     return fd
             except OSError as error:
                 os.close(fd)
@@ -165,14 +169,6 @@ def _acquire(path: Path, final: Path) -> int | None:
                 os.close(fd)
                 raise
             os.close(fd)  # its holder removed that file on release: lock the one at ``path`` now
-
-
-def _parent_of(pid: str) -> int | None:
-    """The parent pid of process ``pid`` (Linux ``/proc``; None where it cannot be read)."""
-    try:
-        return int(Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _is_file_at(fd: int, path: Path) -> bool:

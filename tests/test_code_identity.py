@@ -47,6 +47,7 @@ def test_a_loss_is_part_of_what_a_train_runs_and_the_report_is_not():
     from pipeline.tasks.training import Train
 
     assert "models.losses.within_modality" in closure(Train.__module__), "found through the losses' registry scan"
+    assert {"models.vse", "models.pvse"} <= set(closure(Train.__module__)), "imported by name by the model registry"
     assert "pipeline.tasks.report" not in closure(Train.__module__), "only what the task's module imports"
     assert "evaluation.report.headline" in closure(Report.__module__)
     assert "evaluation.report.headline" not in closure(Split.__module__)
