@@ -37,6 +37,11 @@ CODE_MARKER = "_code.json"
 def _first_version(family: str) -> int:
     return FIRST_VERSION
 
+
+def _names(tasks: list[HashedTask]) -> list[str]:
+    """``<Task>/<signature>`` of each task, sorted (what an output records of its dynamic dependencies)."""
+    return sorted({f"{task.get_task_family()}/{task.signature()}" for task in tasks})
+
 logger = logging.getLogger("luigi-interface")
 
 
@@ -136,26 +141,56 @@ class HashedTask(RunSettings, luigi.Task):
             cached = self._signature = stable_hash(payload)
         return cached
 
+    def dynamic_upstream(self) -> list[HashedTask]:
+        """The tasks this task yields while it runs (Luigi dynamic dependencies), as far as the outputs there
+        now tell (they may read this task's or its inputs' outputs); none by default. They count for
+        completeness and for the code lineage like ``requires()``."""
+        return []
+
+    def _known_dynamic(self) -> list[HashedTask] | None:
+        """:meth:`dynamic_upstream`, or None when it cannot be read now (an output it reads is missing)."""
+        try:
+            return list(self.dynamic_upstream())
+        except (OSError, KeyError, ValueError, IndexError):
+            return None
+
+    def lineage_inputs(self) -> list[HashedTask]:
+        """Every task whose output this one is made from: its requirements and its known dynamic ones."""
+        return self._lineage_inputs()[0]
+
+    def _lineage_inputs(self) -> tuple[list[HashedTask], bool]:
+        """:meth:`lineage_inputs`, and whether the dynamic ones could be read (what depends on it is cached
+        only then: they become readable once this task has run)."""
+        dynamic = self._known_dynamic()
+        inputs = {task.output_dir(): task for task in [*self.upstream(), *(dynamic or [])]}
+        return list(inputs.values()), dynamic is not None
+
     def code_versions(self, version: Any = version_of) -> dict[str, int]:
         """The code version of this task's family and of every family upstream of it (``version``: family ->
         version, the current one by default)."""
+        cache = self.__dict__.setdefault("_versions", {})
+        if version in cache:
+            return cache[version]
+        inputs, known = self._lineage_inputs()
         versions: dict[str, int] = {}
-        for task in self.upstream():
+        for task in inputs:
             versions.update(task.code_versions(version))
         versions[self.get_task_family()] = version(self.get_task_family())
+        if known:
+            cache[version] = versions
         return versions
 
     def code_lineage(self, version: Any = version_of) -> str:
         """A hash of the code versions along every path into this output (``pipeline.code_identity``)."""
         cache = self.__dict__.setdefault("_lineage", {})
-        if version not in cache:
-            cache[version] = stable_hash(
-                {
-                    "version": version(self.get_task_family()),
-                    "upstream": sorted(task.code_lineage(version) for task in self.upstream()),
-                }
-            )
-        return cache[version]
+        if version in cache:
+            return cache[version]
+        inputs, known = self._lineage_inputs()
+        upstream = sorted(task.code_lineage(version) for task in inputs)
+        lineage = stable_hash({"version": version(self.get_task_family()), "upstream": upstream})
+        if known:
+            cache[version] = lineage
+        return lineage
 
     def recorded_code(self, meta: dict[str, Any]) -> dict[str, Any]:
         """The code lineage an output's meta records (one made before lineages were recorded: the first
@@ -164,6 +199,19 @@ class HashedTask(RunSettings, luigi.Task):
             return meta["code"]
         first = _first_version
         return {"lineage": self.code_lineage(first), "versions": self.code_versions(first)}
+
+    def produced_code(self) -> dict[str, Any]:
+        """The lineage this output is made with: today's version of its family over the lineages its inputs
+        *recorded*. An input kept from older code (``--keep-stale``) so passes its age on, and a later run
+        without the flag finds this output stale too."""
+        family = self.get_task_family()
+        recorded = [task.recorded_code(task.meta()) for task in self.lineage_inputs()]
+        versions: dict[str, int] = {}
+        for code in recorded:
+            versions.update(code.get("versions", {}))
+        versions[family] = version_of(family)
+        upstream = sorted(code["lineage"] for code in recorded)
+        return {"lineage": stable_hash({"version": version_of(family), "upstream": upstream}), "versions": versions}
 
     def stale_reason(self) -> str | None:
         """Why this task's existing output was made by other code than today's (None: it was not, or it
@@ -182,13 +230,22 @@ class HashedTask(RunSettings, luigi.Task):
         changed = [
             f"{family} {was.get(family, '?')} -> {version}" for family, version in now.items() if was.get(family) != version
         ]
-        return "code: " + (", ".join(changed) or "the lineage of its inputs changed")
+        return "code: " + (", ".join(changed) or "an input was made by older code")
 
     def complete(self) -> bool:
-        """The output exists and was made by today's code (or ``--keep-stale`` keeps an older one)."""
+        """The output exists, was made by today's code (or ``--keep-stale`` keeps an older one), and the
+        dynamic dependencies it was made from are complete too."""
         if not super().complete():
             return False
-        return self.keep_stale or self.stale_reason() is None
+        if not (self.keep_stale or self.stale_reason() is None):
+            return False
+        dynamic = self._known_dynamic()
+        if dynamic is None or not all(task.complete() for task in dynamic):
+            return False
+        # the output must be made from these dynamic dependencies: a setting they hash but this task does not
+        # (e.g. eval.* for TunedRuns, whose Evaluates are chosen while it runs) makes it again, in place
+        made_from = self.meta().get("dynamic")
+        return made_from is None or made_from == _names(dynamic)
 
     def output_dir(self) -> Path:
         return Path(self.run_root) / self.get_task_family() / self.signature()
@@ -256,7 +313,8 @@ class HashedTask(RunSettings, luigi.Task):
                             task.get_task_family(): str(task.output_dir()) for task in self.upstream()
                         },
                         "versions": library_versions(),
-                        "code": {"lineage": self.code_lineage(), "versions": self.code_versions()},
+                        "code": self.produced_code(),
+                        **({"dynamic": _names(dynamic)} if (dynamic := self._known_dynamic()) else {}),
                         "wall_time_s": round(time.time() - started, 3),
                         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         "summary": summary,

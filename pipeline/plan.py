@@ -8,6 +8,7 @@ known before: the plan says so.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,7 @@ def settings_difference(task: HashedTask, limit: int = 40) -> str | None:
     one has the same settings: then an upstream output is new)."""
     family_dir = task.output_dir().parent
     metas = sorted(family_dir.glob(f"*/{META_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
-    mine = _flatten(task.config())
+    mine = _flatten(json.loads(json.dumps(task.config(), default=str)))  # as _meta.json holds it (tuples as lists)
     best: list[str] | None = None
     for path in metas:
         try:
@@ -149,6 +150,18 @@ def resolved_plan(run: Any) -> dict[str, Any]:
         "settings": settings_tree(profile),
         "variants": variants,
     }
+
+
+def plan_identity(plan: dict[str, Any]) -> dict[str, Any]:
+    """What of a plan a Report hashes: every resolved setting and variant (labels included), not how the
+    changes were spelled (``--set`` or ``--variant-overrides``, old or new parameter names) nor the speed-only
+    training settings."""
+    from models.settings import OPERATIONAL_FIELDS
+
+    settings = {key: value for key, value in plan["settings"].items() if key != "variants"}
+    settings["train"] = {k: v for k, v in settings["train"].items() if k not in OPERATIONAL_FIELDS}
+    identity = {key: value for key, value in plan.items() if key not in ("changes", "variant_overrides", "settings")}
+    return {**identity, "settings": settings}
 
 
 def plan_summary(plan: dict[str, Any]) -> list[str]:

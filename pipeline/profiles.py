@@ -143,6 +143,8 @@ class Profile:
     #: the run's changes to variants (``--set variants.<name or *>...``): variant name or ``*`` -> the
     #: ``--variant-overrides`` shape; applied under a task's own overrides (a tuning trial's point wins)
     variant_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the run's changes to the dataset recipe's options (``--set data.options.<name>``), for any recipe
+    recipe_option_changes: dict[str, Any] = field(default_factory=dict)
 
     def seeds_for(self, variant: str) -> tuple[int, ...]:
         return tuple(self.seeds_by_variant.get(variant, self.seeds))

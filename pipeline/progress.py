@@ -169,6 +169,9 @@ class ProgressDisplay:
             elif self.mode == "live":
                 self._draw_live([])
         if background and self.mode != "off":
+            # Luigi forks its workers while this thread may be writing: a fork in the middle of a write would
+            # leave the child a held stream lock; forks wait for a draw to end instead
+            os.register_at_fork(before=self._lock.acquire, after_in_parent=self._lock.release, after_in_child=self._lock.release)
             self._thread = threading.Thread(target=self._loop, name="progress-display", daemon=True)
             self._thread.start()
         return self

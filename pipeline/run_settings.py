@@ -121,13 +121,40 @@ def _type_name(hint: Any) -> str:
     return str(hint)
 
 
+#: the range of the settings whose type alone lets nonsense through: path -> (test, what it must be)
+LIMITS: dict[str, tuple[Any, str]] = {
+    **{f"train.{name}": (lambda v: v >= 1, ">= 1") for name in ("epochs", "batch_size", "embed_dim", "gru_hidden", "max_text_tokens", "image_size")},
+    "train.learning_rate": (lambda v: v > 0, "> 0"),
+    "train.weight_decay": (lambda v: v >= 0, ">= 0"),
+    **{f"{group}.{name}": (lambda v: v >= 1, ">= 1") for group in ("doc2vec", "word_vectors") for name in ("vector_size", "window", "min_count", "epochs")},
+    "doc2vec.infer_epochs": (lambda v: v >= 1, ">= 1"),
+    **{f"neighbors.{name}": (lambda v: v is None or v >= 1, ">= 1") for name in ("k", "sample_k", "n_trees")},
+    "eval.n_way": (lambda v: v >= 2, ">= 2"),
+    **{f"eval.{name}": (lambda v: v >= 1, ">= 1") for name in ("redraws", "preservation_k", "topic_k", "bootstrap_resamples")},
+    "dedup.threshold": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "dedup.num_perm": (lambda v: v >= 2, ">= 2"),
+    "dedup.shingle_size": (lambda v: v >= 1, ">= 1"),
+    "data.reject_budget": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "data.image_cache_size": (lambda v: v >= 8, ">= 8"),
+}
+
+
+def check_limit(path: str, value: Any, where: str) -> None:
+    """One line when ``value`` is out of the range :data:`LIMITS` gives ``path``."""
+    test, must = LIMITS.get(path, (None, ""))
+    if test is not None and not test(value):
+        raise RunConfigurationError(f"{where}: must be {must}, got {value!r}")
+
+
 def _set_field(obj: Any, name: str, value: Any, where: str, what: str) -> Any:
     """``replace(obj, name=value)`` for a dataclass, the value checked against the field's type."""
     hints = typing.get_type_hints(type(obj))
     if name not in {f.name for f in fields(obj)}:
         raise unknown(what, name, [f.name for f in fields(obj)])
+    value = coerce(value, hints[name], where)
+    check_limit(f"{what}.{name}", value, where)
     try:
-        return replace(obj, **{name: coerce(value, hints[name], where)})
+        return replace(obj, **{name: value})
     except ValueError as error:  # the settings' own checks (__post_init__)
         if isinstance(error, RunConfigurationError):
             raise
@@ -146,9 +173,11 @@ def apply_change(profile: Profile, path: str, value: Any) -> Profile:
             raise RunConfigurationError(f"{where}: expected {head}.<setting>, e.g. {head}.{fields(getattr(profile, head))[0].name}")
         return replace(profile, **{head: _set_field(getattr(profile, head), parts[1], value, where, head)})
     if head in ("data", "dedup") and path in FLAT:
+        check_limit(path, value, where)
         return _set_field(profile, FLAT[path], value, where, head)
     if head == "data" and len(parts) == 3 and parts[1] == "options":
-        return replace(profile, dataset_options={**profile.dataset_options, parts[2]: value})
+        # checked against the recipe's options when the dataset is known (FullRun.check)
+        return replace(profile, recipe_option_changes={**profile.recipe_option_changes, parts[2]: value})
     if head in ("data", "dedup"):
         valid = [p.split(".", 1)[1] for p in FLAT if p.startswith(head + ".")] + (["options.<name>"] if head == "data" else [])
         raise unknown(head, ".".join(parts[1:]), valid)
@@ -185,19 +214,38 @@ def _variant_change(profile: Profile, parts: list[str], value: Any, where: str) 
     if target in ("neighbor_source", "label"):
         if rest:
             raise RunConfigurationError(f"{where}: {target} takes a value, not a sub-setting")
+        if target == "label" and name == EVERY_VARIANT:
+            raise RunConfigurationError(f"{where}: one label for every variant would make the report's rows alike")
         change: dict[str, Any] = {target: value}
     else:
         if len(rest) != 1:
             raise RunConfigurationError(f"{where}: expected variants.{name}.{target}.<name>")
+        setting = rest[0]
         if target == "train":
             from models.settings import TrainSettings
 
-            _set_field(profile.train, rest[0], value, where, "train")  # checks the name and the type
-            value = coerce(value, typing.get_type_hints(TrainSettings)[rest[0]], where)
-        change = {target: {rest[0]: value}}
+            _set_field(profile.train, setting, value, where, "train")  # checks the name and the type
+            value = coerce(value, typing.get_type_hints(TrainSettings)[setting], where)
+            check_limit(f"train.{setting}", value, where)
+        elif target != "model_options":
+            setting, value = _loss_parameter(target, setting, value, where)
+        change = {target: {setting: value}}
     merged = {key: dict(changes) for key, changes in profile.variant_overrides.items()}
     merged[name] = _merge(merged.get(name, {}), change)
     return replace(profile, variant_overrides=merged)
+
+
+def _loss_parameter(loss: str, name: str, value: Any, where: str) -> tuple[str, Any]:
+    """A loss parameter's current name (a renamed one's old name is translated here, so a later change of
+    the same parameter wins whatever its spelling) and its value checked against the constructor's type."""
+    from models.losses import LOSSES
+    from pipeline.variant_spec import renamed
+
+    if loss not in LOSSES:
+        return name, value  # not a loss: refused, naming what is valid, when the variant is built
+    name = next(iter(renamed(loss, {name: value})))
+    hints = typing.get_type_hints(LOSSES[loss].__init__)
+    return name, coerce(value, hints[name], where) if name in hints else value
 
 
 def _merge(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -251,11 +299,13 @@ def check_variant_changes(profile: Profile) -> None:
     for key in every:
         if key not in VARIANT_KEYS and not any(key in v.loss_names() for v in VARIANTS.values()):
             raise RunConfigurationError(f"--set variants.*.{key}: no variant has a loss {key!r}; valid: {', '.join(VARIANT_KEYS)} or a loss name")
-    for name in [n for n in profile.variant_overrides if n != EVERY_VARIANT] or ([] if not every else list(VARIANTS)):
+    named = [n for n in profile.variant_overrides if n != EVERY_VARIANT]
+    for name in sorted(set(named) | (set(VARIANTS) if every else set())):
         try:
             resolved_variant(profile, name).build_losses()  # a value the loss refuses (a negative weight) stops the run now
         except (VariantError, ValueError, TypeError) as error:
-            raise RunConfigurationError(f"--set variants.{name}: {error}") from None
+            where = f"variants.{name}" if name in named else f"variants.* (variant {name})"
+            raise RunConfigurationError(f"--set {where}: {error}") from None
 
 
 def apply_changes(profile: Profile, changes: Sequence[str]) -> Profile:
@@ -298,7 +348,7 @@ def settings_tree(profile: Profile) -> dict[str, Any]:
         "data": {
             "image_cache_size": profile.image_cache_size,
             "reject_budget": profile.reject_budget,
-            "options": dict(profile.dataset_options),
+            "options": {**profile.dataset_options, **profile.recipe_option_changes},
         },
         "dedup": {p.split(".")[1]: getattr(profile, f) for p, f in FLAT.items() if p.startswith("dedup.")},
         "split": dict(profile.split_fractions),

@@ -47,6 +47,24 @@ def check_run_names(dataset: str, variants: Iterable[str], overrides: Mapping[st
             raise RunConfigurationError(f"bad override for variant {name!r}: {error}") from None
 
 
+def check_recipe_options(dataset: str, options: Mapping[str, Any]) -> None:
+    """Raise :class:`RunConfigurationError` for a recipe option (``--set data.options.<name>``,
+    ``--dataset-options``) that the dataset's recipe does not take."""
+    import inspect
+
+    from data_recipes import RECIPE_BUILDERS
+
+    parameters = inspect.signature(RECIPE_BUILDERS.get(dataset)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    valid = [name for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise RunConfigurationError(
+            f"recipe {dataset!r} has no option(s) {unknown}; valid: {', '.join(valid) or 'none'}"
+        )
+
+
 def check_tuning(profile: Profile, protocols: Iterable[str], tuned_variants: Iterable[str]) -> None:
     """Raise :class:`RunConfigurationError` for an unknown protocol, or a tuning budget that some tuned
     variant's search space cannot fill (every variant of a comparison gets exactly the budget's trials)."""

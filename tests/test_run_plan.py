@@ -106,6 +106,29 @@ def test_keep_stale_takes_older_outputs_and_the_report_names_them(smoke_run, tmp
     kept = run.report().load("run_plan")["kept_stale_outputs"]
     assert any(k["task"].startswith("Train/") and "Train 1 -> 2" in k["reason"] for k in kept)
     assert "kept with --keep-stale" in run.report().output_path("markdown").read_text()
+    # what was made from a kept output is stale too, to a run without the flag
+    luigi.task_register.Register.clear_instance_cache()
+    again = {p.family: p for p in task_plan(FullRun(run_root=str(root), set=("eval.redraws=3",), **SMALL_GRID).requires())}
+    assert again["Evaluate"].status == STALE and "Train 1 -> 2" in again["Evaluate"].reason
+
+
+def test_a_setting_only_the_tuned_runs_evaluations_use_remakes_them_and_the_report(smoke_run, tmp_path):
+    """TunedRuns' Evaluates are chosen while it runs, so its hash cannot hold their settings: it is complete
+    only when the evaluations it was made from are today's."""
+    root = copied_root(smoke_run, tmp_path)
+    grid = {"profile": "smoke", "variants": ["ang_np_sym"], "seeds": [0], "protocol": "tuned", "run_root": str(root)}
+    assert build([FullRun(**grid)])[0].status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    first = FullRun(**grid).report().requires()["tuned"][0]
+    changed = FullRun(**grid, set=("eval.redraws=3",))
+    tuned = changed.report().requires()["tuned"][0]
+    assert tuned.signature() == first.signature() and not tuned.complete()
+    result, ran = build([changed])
+    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    assert "TunedRuns" in ran.families() and "Tune" not in ran.families()
+    evaluate = tuned.evaluations()[0]
+    assert evaluate.meta()["config"]["eval"]["redraws"] == 3
+    assert f"Evaluate/{evaluate.signature()}" in tuned.meta()["dynamic"]
+    assert tuned.load("runs")["evaluations"]["0"] == str(evaluate.output_dir())
 
 
 def test_a_sweep_writes_each_value_s_report_and_the_sweep_table_and_figure(smoke_run, tmp_path):

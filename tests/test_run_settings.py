@@ -36,7 +36,7 @@ def test_each_group_of_settings_is_reached_by_its_path():
     assert profile.split_fractions == {"train": 0.6, "val": 0.1, "test": 0.3}, "train takes what the others leave"
     assert profile.tuning.budget == 2 and profile.tuning.trial_seeds == (0, 1, 2)
     assert profile.eval.n_way == 10 and profile.dedup_threshold == 0.8 and profile.image_cache_size == 48
-    assert profile.dataset_options["n_pairs"] == 500 and profile.train.learning_rate == 3e-4
+    assert profile.recipe_option_changes["n_pairs"] == 500 and profile.train.learning_rate == 3e-4
     assert profile.seeds_for("ours") == (3, 4), "seeds= replaces the per-variant seeds too"
     assert SMOKE.neighbors.k == 20, "the profile itself is not changed"
     tree = settings_tree(profile)
@@ -63,6 +63,28 @@ def test_variant_changes_reach_one_variant_or_every_variant_with_that_loss():
     assert trip.losses[1].params["text_weight"] == 0.5 and trip.losses[1].params["image_weight"] == 0.1
 
 
+def test_a_star_change_is_checked_on_every_variant_even_beside_a_named_one():
+    with pytest.raises(RunConfigurationError, match=r"variants.\* \(variant .*\): .*must be >= 0"):
+        apply_changes(SMOKE, ["variants.*.within_modality.text_weight=-1", "variants.pvse.train.epochs=3"])
+
+
+def test_a_later_change_of_a_renamed_parameter_wins_whatever_its_spelling():
+    with pytest.warns(FutureWarning):
+        profile = apply_changes(
+            DEMO, ["variants.ours.within_modality.alpha=0.5", "variants.ours.within_modality.text_weight=0.7"]
+        )
+    ours = resolve_variant("ours", variant_changes_for(profile, "ours"), profile.loss_defaults)
+    assert ours.losses[1].params["text_weight"] == 0.7
+
+
+def test_an_option_the_recipe_does_not_take_is_refused_naming_the_valid_ones():
+    from pipeline.validation import check_recipe_options
+
+    check_recipe_options("embedded", {"n_pairs": 10, "seed": 0})
+    with pytest.raises(RunConfigurationError, match=r"recipe 'embedded' has no option\(s\) \['n_pair'\]; valid: n_pairs, seed"):
+        check_recipe_options("embedded", {"n_pair": 10})
+
+
 def test_the_old_spelling_of_a_within_modality_weight_still_works_with_a_warning():
     with pytest.warns(FutureWarning, match="use 'text_weight'"):
         profile = apply_changes(DEMO, ["variants.ours.within_modality.alpha=0.5"])
@@ -87,6 +109,12 @@ def test_the_old_spelling_of_a_within_modality_weight_still_works_with_a_warning
         ("variants.*.within_modality.text_weight=-1", r"must be >= 0"),
         ("neighbors.sample_k=500", r"cannot exceed neighbors.k"),
         ("seeds=[1,1]", r"distinct seeds"),
+        ("train.epochs=0", r"^--set train.epochs: must be >= 1, got 0$"),
+        ("variants.ours.train.epochs=-3", r"^--set variants.ours.train.epochs: must be >= 1, got -3$"),
+        ("dedup.threshold=5", r"must be in \(0, 1\]"),
+        ("eval.n_way=1", r"must be >= 2"),
+        ("variants.ours.angular.alpha_degrees=abc", r"'abc' is not a number"),
+        ("variants.*.label=x", r"one label for every variant"),
         ("tuning.budget=0", r"at least 1 trial"),
     ],
 )

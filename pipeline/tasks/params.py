@@ -45,6 +45,7 @@ class DatasetParams:
 
     def recipe_options(self) -> dict[str, Any]:
         options = dict(self.settings.dataset_options) if self.dataset == "embedded" else {}
+        options.update(self.settings.recipe_option_changes)
         options.update(recursively_unfreeze(self.dataset_options))
         if self.dataset == "embedded":
             options.setdefault("seed", self.data_seed)

@@ -28,7 +28,7 @@ from evaluation.report import (
 )
 from pipeline.base import HashedTask
 from pipeline.io import library_versions, save_text, write_json
-from pipeline.plan import plan_summary, resolved_plan
+from pipeline.plan import plan_identity, plan_summary, resolved_plan
 from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
@@ -197,6 +197,9 @@ class Report(GridParams, DatasetParams, HashedTask):
                 "baseline": HEADLINE_BASELINE,
                 "bootstrap_resamples": self.settings.eval.bootstrap_resamples,
             },
+            # every resolved setting and variant of the run (labels too): two runs whose reports could differ
+            # never share a report folder, whatever their inputs' hashes leave out
+            "plan": plan_identity(resolved_plan(self)),
         }
 
     def qualitative(self, work_dir: Path) -> Qualitative | None:

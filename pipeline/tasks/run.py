@@ -19,6 +19,7 @@ from pipeline.validation import (
     RunConfigurationError,
     check_gpu_fit,
     check_profile,
+    check_recipe_options,
     check_run_names,
     check_tuning,
     exit_or_raise,
@@ -52,6 +53,7 @@ class FullRun(GridParams, DatasetParams, RunSettings, luigi.WrapperTask):
         check_profile(self.profile)
         overrides = recursively_unfreeze(self.variant_overrides)
         check_run_names(self.dataset, self.variants, overrides)
+        check_recipe_options(self.dataset, self.recipe_options())
         changes = [tuple(self.set)]
         if self.sweep:
             path, values = sweep_values(self.sweep)

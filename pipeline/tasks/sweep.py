@@ -1,5 +1,6 @@
 """A sweep: the run plan at each value of one setting (``FullRun --sweep path=v1,v2,...``), one Report per value,
-and a sweep section: each headline metric of the headline method against the value, with its paired interval
+and a sweep section: each headline metric of the headline method (or of the variant a ``variants.<name>`` path
+changes) against the value, with its paired interval
 against the first value (test items and seeds resampled together), as a table and a figure.
 
 The runs of each value are the headline method's at the report's headline protocol (tuned when it ran, else
@@ -45,7 +46,7 @@ class Sweep(GridParams, DatasetParams, HashedTask):
 
     def config(self) -> dict[str, Any]:
         path, values = self.path_and_values()
-        return {"path": path, "values": values, "method": HEADLINE_METHOD, "bootstrap_resamples": self.settings.eval.bootstrap_resamples}
+        return {"path": path, "values": values, "method": self.method(self.reports()[0]), "bootstrap_resamples": self.settings.eval.bootstrap_resamples}
 
     def searched_by_tuning(self, report: Report, method: str) -> bool:
         """Whether the swept setting is one of the method's tuning knobs (its trials would overwrite it)."""
@@ -55,10 +56,19 @@ class Sweep(GridParams, DatasetParams, HashedTask):
         setting = path.split(".", 2)[2] if path.startswith("variants.") else path
         return setting in knobs or (path.startswith("train.") and path in knobs)
 
+    def method(self, report: Report) -> str:
+        """The variant compared across values: the one a ``variants.<name>...`` path changes, else the headline
+        method (the first variant when the run leaves it out)."""
+        path, _ = self.path_and_values()
+        parts = path.split(".")
+        if parts[0] == "variants" and len(parts) > 1 and parts[1] in report.variant_names():
+            return parts[1]
+        return HEADLINE_METHOD if HEADLINE_METHOD in report.variant_names() else report.variant_names()[0]
+
     def method_evaluations(self, report: Report) -> tuple[str, list[Any]]:
-        """The headline method's evaluations of ``report`` at its headline protocol (the shared one when the
+        """The compared variant's evaluations of ``report`` at its headline protocol (the shared one when the
         tuned protocol searches the swept setting itself)."""
-        method = HEADLINE_METHOD if HEADLINE_METHOD in report.variant_names() else report.variant_names()[0]
+        method = self.method(report)
         tuned = [task for task in report.tuned_runs() if task.variant == method]
         if tuned and not self.searched_by_tuning(report, method):
             return "tuned", tuned[0].evaluations()
@@ -89,7 +99,7 @@ class Sweep(GridParams, DatasetParams, HashedTask):
             rows.append({"value": read_value(value), "raw": value, "protocol": protocols[index],
                          "seeds": comparison.get("method_seeds", []), "metrics": metrics,
                          "report": str(reports[index].output_path("markdown"))})
-        result = {"path": path, "method": HEADLINE_METHOD, "label": label, "paired": paired, "rows": rows, **self.config()}
+        result = {**self.config(), "path": path, "method": self.method(reports[0]), "label": label, "paired": paired, "rows": rows}
         write_json(self.work_path(work_dir, "json"), result)
         plot_against_setting(rows, path, f"{label}: headline metrics against {path}", self.work_path(work_dir, "figure"))
         save_text(self.work_path(work_dir, "markdown"), sweep_document(result).to_markdown())

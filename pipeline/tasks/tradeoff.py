@@ -74,6 +74,8 @@ class WithinModalityTradeoff(VariantChoice, DatasetParams, HashedTask):
             "scales": [float(s) for s in self.scales],
             "seeds": self.seed_list(),
             "settings_from": self.settings_from,
+            # the evaluations' settings: the runs themselves are dynamic dependencies (see HashedTask.complete)
+            "eval": self.settings.section("eval"),
         }
 
     def base_overrides(self) -> dict[str, Any]:
@@ -108,6 +110,12 @@ class WithinModalityTradeoff(VariantChoice, DatasetParams, HashedTask):
             scale: [self.clone(Evaluate, seed=t.seed, variant_overrides=t.overrides()) for t in trains]
             for scale, trains in self.final_trains().items()
         }
+
+    def dynamic_upstream(self) -> list[HashedTask]:
+        """Every scale's runs and evaluations (the tuned settings are readable once Tune has run)."""
+        trains = [t for group in self.trains().values() for t in group]
+        finals = [t for group in self.final_trains().values() for t in group]
+        return [*trains, *finals, *(e for group in self.evaluations().values() for e in group)]
 
     def run(self) -> Iterator[list[HashedTask]]:  # a Luigi task with dynamic dependencies is a generator
         yield [train for trains in self.trains().values() for train in trains]

@@ -293,6 +293,10 @@ class TunedRuns(VariantChoice, DatasetParams, HashedTask):
             self.clone(Evaluate, seed=train.seed, variant_overrides=train.overrides()) for train in self.final_trains()
         ]
 
+    def dynamic_upstream(self) -> list[HashedTask]:
+        """The report seeds' runs and evaluations at the chosen settings (readable once Tune has run)."""
+        return [*self.trains(), *self.final_trains(), *self.evaluations()]
+
     def run(self) -> Iterator[list[HashedTask]]:  # a Luigi task with dynamic dependencies is a generator
         yield self.trains()
         yield self.final_trains()
