@@ -28,6 +28,7 @@ from pipeline.io import (
 )
 from pipeline.profiles import Profile
 from pipeline.run_settings import resolved_profile
+from pipeline.validation import RunConfigurationError, check_profile, exit_or_raise
 
 META_FILE = "_meta.json"
 #: in a resumable task's work folder: the code lineage its partial output was made with
@@ -88,6 +89,16 @@ class RunSettings:
         description="change a setting: --set path=value (repeatable), e.g. --set neighbors.k=50 "
         "--set variants.*.train.learning_rate=3e-4 (docs/usage.md lists the paths)",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # any task run from the command line (FullRun, WithinModalityTradeoff, Train ...): a bad profile or
+        # --set is one line and exit 2 before any work; from code, the RunConfigurationError is raised
+        try:
+            check_profile(self.profile)
+            resolved_profile(self.profile, tuple(self.set))
+        except RunConfigurationError as error:
+            exit_or_raise(error)
 
     @property
     def settings(self) -> Profile:

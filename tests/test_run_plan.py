@@ -173,6 +173,15 @@ def test_a_wrong_set_exits_2_with_one_line_before_any_work(tmp_path, change, exp
     assert list(tmp_path.iterdir()) == [], "nothing was written"
 
 
+def test_any_task_run_from_the_command_line_refuses_a_wrong_set_in_one_line(tmp_path):
+    done = run_command(
+        "-m", "luigi", "--module", "pipeline", "WithinModalityTradeoff", "--profile", "smoke", "--run-root", str(tmp_path),
+        "--set", "doc2vec.windw=5",
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.strip().startswith("error: doc2vec has no setting 'windw'")
+    assert "Traceback" not in done.stderr
+
+
 def test_plan_prints_the_resolved_plan_and_each_task_s_status_without_running(smoke_run, tmp_path):
     root = copied_root(smoke_run, tmp_path)
     before = metas(root)
