@@ -172,8 +172,7 @@ class Registry(Generic[T]):
 
     def close_match(self, name: str) -> str | None:
         """The registered name most like ``name`` (a typo's likely intent), or None when none is close."""
-        close = difflib.get_close_matches(str(name), self.names(), n=1)
-        return close[0] if close else None
+        return close_match(name, self.names())
 
     def unknown_message(self, name: str) -> str:
         """``unknown <kind> 'x'; did you mean 'y'? available: a, b, c`` — the one message for a name that is
@@ -182,6 +181,12 @@ class Registry(Generic[T]):
         close = self.close_match(name)
         hint = f" did you mean {close!r}?" if close else ""
         return f"unknown {self.kind} {name!r};{hint} available: {', '.join(available) or '(none)'}"
+
+
+def close_match(name: object, names: Iterable[str]) -> str | None:
+    """The one of ``names`` most like ``name`` (a typo's likely intent), or None when none is close."""
+    close = difflib.get_close_matches(str(name), list(names), n=1)
+    return close[0] if close else None
 
 
 def import_submodules(package: str, path: Iterable[str], skip: Iterable[str] = ()) -> None:

@@ -165,64 +165,52 @@ class HashedTask(RunSettings, luigi.Task):
         except (OSError, KeyError, ValueError, IndexError):
             return None
 
-    def lineage_inputs(self) -> list[HashedTask]:
-        """Every task whose output this one is made from: its requirements and its known dynamic ones."""
-        return self._lineage_inputs()[0]
-
     def _lineage_inputs(self) -> tuple[list[HashedTask], bool]:
-        """:meth:`lineage_inputs`, and whether the dynamic ones could be read (what depends on it is cached
-        only then: they become readable once this task has run)."""
+        """Every task whose output this one is made from (its requirements and its known dynamic ones), and
+        whether the dynamic ones could be read (what depends on them is cached only then: they become readable
+        once this task has run)."""
         dynamic = self._known_dynamic()
-        inputs = {task.output_dir(): task for task in [*self.upstream(), *(dynamic or [])]}
-        return list(inputs.values()), dynamic is not None
+        return self._inputs_with(dynamic or []), dynamic is not None
 
-    def code_versions(self, version: Any = version_of) -> dict[str, int]:
-        """The code version of this task's family and of every family upstream of it (``version``: family ->
-        version, the current one by default)."""
-        cache = self.__dict__.setdefault("_versions", {})
-        if version in cache:
-            return cache[version]
-        inputs, known = self._lineage_inputs()
+    def _inputs_with(self, dynamic: list[HashedTask]) -> list[HashedTask]:
+        """This task's requirements and ``dynamic``, each output once."""
+        return list({task.output_dir(): task for task in [*self.upstream(), *dynamic]}.values())
+
+    def _code_over(self, version: int, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """The code record of an output of this family at ``version`` made from inputs with these code
+        records: ``lineage`` (a hash of the versions along every path into it) and ``versions`` (family ->
+        version, this family's and every family upstream)."""
+        family = self.get_task_family()
         versions: dict[str, int] = {}
-        for task in inputs:
-            versions.update(task.code_versions(version))
-        versions[self.get_task_family()] = version(self.get_task_family())
-        if known:
-            cache[version] = versions
-        return versions
+        for code in inputs:
+            versions.update(code.get("versions", {}))
+        versions[family] = version
+        upstream = sorted(code["lineage"] for code in inputs)
+        return {"lineage": stable_hash({"version": version, "upstream": upstream}), "versions": versions}
 
-    def code_lineage(self, version: Any = version_of) -> str:
-        """A hash of the code versions along every path into this output (``pipeline.code_identity``)."""
-        cache = self.__dict__.setdefault("_lineage", {})
+    def code(self, version: Any = version_of) -> dict[str, Any]:
+        """This output's code record under ``version`` (family -> version; today's by default): what
+        ``_meta.json`` holds when every input was made by that code (``pipeline.code_identity``)."""
+        cache = self.__dict__.setdefault("_code", {})
         if version in cache:
             return cache[version]
         inputs, known = self._lineage_inputs()
-        upstream = sorted(task.code_lineage(version) for task in inputs)
-        lineage = stable_hash({"version": version(self.get_task_family()), "upstream": upstream})
+        code = self._code_over(version(self.get_task_family()), [task.code(version) for task in inputs])
         if known:
-            cache[version] = lineage
-        return lineage
+            cache[version] = code
+        return code
 
     def recorded_code(self, meta: dict[str, Any]) -> dict[str, Any]:
-        """The code lineage an output's meta records (one made before lineages were recorded: the first
-        versions of every family)."""
-        if "code" in meta:
-            return meta["code"]
-        first = _first_version
-        return {"lineage": self.code_lineage(first), "versions": self.code_versions(first)}
+        """The code record an output's meta (or a work folder's marker) holds; one made before records
+        existed: the first versions of every family."""
+        return meta["code"] if "code" in meta else self.code(_first_version)
 
-    def produced_code(self) -> dict[str, Any]:
-        """The lineage this output is made with: today's version of its family over the lineages its inputs
-        *recorded*. An input kept from older code (``--keep-stale``) so passes its age on, and a later run
-        without the flag finds this output stale too."""
-        family = self.get_task_family()
-        recorded = [task.recorded_code(task.meta()) for task in self.lineage_inputs()]
-        versions: dict[str, int] = {}
-        for code in recorded:
-            versions.update(code.get("versions", {}))
-        versions[family] = version_of(family)
-        upstream = sorted(code["lineage"] for code in recorded)
-        return {"lineage": stable_hash({"version": version_of(family), "upstream": upstream}), "versions": versions}
+    def produced_code(self, inputs: list[HashedTask]) -> dict[str, Any]:
+        """The code record of an output made now from ``inputs``: today's version of its family over the
+        records its inputs *hold*. An input kept from older code (``--keep-stale``) so passes its age on, and a
+        later run without the flag finds this output stale too."""
+        recorded = [task.recorded_code(task.meta()) for task in inputs]
+        return self._code_over(version_of(self.get_task_family()), recorded)
 
     def stale_reason(self) -> str | None:
         """Why this task's existing output was made by other code than today's (None: it was not, or it
@@ -234,12 +222,14 @@ class HashedTask(RunSettings, luigi.Task):
             recorded = self.recorded_code(read_json(path))
         except (OSError, ValueError):
             return None
-        if recorded["lineage"] == self.code_lineage():
+        now = self.code()
+        if recorded["lineage"] == now["lineage"]:
             return None
-        now = self.code_versions()
         was = recorded.get("versions", {})
         changed = [
-            f"{family} {was.get(family, '?')} -> {version}" for family, version in now.items() if was.get(family) != version
+            f"{family} {was.get(family, '?')} -> {version}"
+            for family, version in now["versions"].items()
+            if was.get(family) != version
         ]
         return "code: " + (", ".join(changed) or "an input was made by older code")
 
@@ -309,6 +299,7 @@ class HashedTask(RunSettings, luigi.Task):
             with atomic_directory(self.output_dir(), resume=self.resumable) as work_dir:
                 self._start_with_todays_code(work_dir)
                 summary = self.produce(work_dir)
+                dynamic = self._known_dynamic()  # they have run by now
                 write_json(
                     work_dir / META_FILE,
                     {
@@ -324,8 +315,8 @@ class HashedTask(RunSettings, luigi.Task):
                             task.get_task_family(): str(task.output_dir()) for task in self.upstream()
                         },
                         "versions": library_versions(),
-                        "code": self.produced_code(),
-                        **({"dynamic": _names(dynamic)} if (dynamic := self._known_dynamic()) else {}),
+                        "code": self.produced_code(self._inputs_with(dynamic or [])),
+                        **({"dynamic": _names(dynamic)} if dynamic else {}),
                         "wall_time_s": round(time.time() - started, 3),
                         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         "summary": summary,
@@ -338,14 +329,14 @@ class HashedTask(RunSettings, luigi.Task):
         if not self.resumable:
             return  # its work folder always starts empty
         marker = Path(work_dir) / CODE_MARKER
-        lineage = self.code_lineage()
+        lineage = self.code()["lineage"]
         if any(Path(work_dir).iterdir()):
-            kept = read_json(marker)["lineage"] if marker.exists() else self.code_lineage(_first_version)
+            kept = self.recorded_code(read_json(marker) if marker.exists() else {})["lineage"]
             if kept != lineage:
                 logger.warning("%s: its partial output was made by other code: starting again", self.task_id)
                 for child in Path(work_dir).iterdir():
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
-        write_json(marker, {"lineage": lineage})
+        write_json(marker, {"code": self.code()})
 
     def meta(self) -> dict[str, Any]:
         return read_json(self.output_dir() / META_FILE)

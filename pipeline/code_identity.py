@@ -56,7 +56,8 @@ def imported_modules(name: str, path: Path) -> set[str]:
     """Project modules ``path`` imports (statically, lazy imports in functions included), modules it names as
     strings (imported by name), and every module of a package that imports its own submodules by scanning its
     folder (a registry such as the losses or the recipes)."""
-    tree = ast.parse(path.read_text())
+    source = path.read_text()
+    tree = ast.parse(source)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -71,7 +72,7 @@ def imported_modules(name: str, path: Path) -> set[str]:
             found.update(f"{base}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value):
             found.add(node.value)  # a module imported by name (a registry's lazy ``modules=("models.vse", ...)``)
-    if path.name == "__init__.py" and ("iter_modules" in path.read_text() or "import_submodules" in path.read_text()):
+    if path.name == "__init__.py" and ("iter_modules" in source or "import_submodules" in source):
         found.update(f"{name}.{child.stem}" for child in path.parent.glob("*.py") if child.stem != "__init__")
         found.update(f"{name}.{child.name}" for child in path.parent.iterdir() if (child / "__init__.py").exists())
     return {module for module in found if module_path(module) is not None}

@@ -95,7 +95,7 @@ def settings_difference(task: HashedTask, limit: int = 40) -> str | None:
 
 def status_of(task: HashedTask, running: Iterable[HashedTask]) -> tuple[str, str]:
     """(status, reason) of one task, given the tasks before it that will run."""
-    if (task.output_dir() / META_FILE).exists() and task.output().exists():
+    if task.output().exists():
         stale = task.stale_reason()
         if stale is None and task.complete():
             return DONE, ""

@@ -20,7 +20,6 @@ moves the output paths of the tasks that use it and of their downstream tasks, a
 
 from __future__ import annotations
 
-import difflib
 import json
 import types
 import typing
@@ -28,8 +27,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
+from common.registry import close_match
 from pipeline.profiles import Profile, get_profile
 from pipeline.validation import RunConfigurationError
+from pipeline.variant_spec import merge_overrides, renamed
 
 #: the profile's settings groups that are dataclasses, reached as ``<group>.<field>``
 SECTIONS = ("doc2vec", "word_vectors", "neighbors", "train", "eval", "tuning")
@@ -48,8 +49,8 @@ EVERY_VARIANT = "*"
 
 
 def did_you_mean(name: str, valid: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(valid), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = close_match(name, valid)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def unknown(what: str, name: str, valid: Iterable[str]) -> RunConfigurationError:
@@ -222,16 +223,13 @@ def _variant_change(profile: Profile, parts: list[str], value: Any, where: str) 
             raise RunConfigurationError(f"{where}: expected variants.{name}.{target}.<name>")
         setting = rest[0]
         if target == "train":
-            from models.settings import TrainSettings
-
-            _set_field(profile.train, setting, value, where, "train")  # checks the name and the type
-            value = coerce(value, typing.get_type_hints(TrainSettings)[setting], where)
-            check_limit(f"train.{setting}", value, where)
+            # the name, the type and the range checked as for train.<setting>; the value as it was coerced
+            value = getattr(_set_field(profile.train, setting, value, where, "train"), setting)
         elif target != "model_options":
             setting, value = _loss_parameter(target, setting, value, where)
         change = {target: {setting: value}}
     merged = {key: dict(changes) for key, changes in profile.variant_overrides.items()}
-    merged[name] = _merge(merged.get(name, {}), change)
+    merged[name] = merge_overrides(merged.get(name, {}), change)
     return replace(profile, variant_overrides=merged)
 
 
@@ -239,20 +237,12 @@ def _loss_parameter(loss: str, name: str, value: Any, where: str) -> tuple[str, 
     """A loss parameter's current name (a renamed one's old name is translated here, so a later change of
     the same parameter wins whatever its spelling) and its value checked against the constructor's type."""
     from models.losses import LOSSES
-    from pipeline.variant_spec import renamed
 
     if loss not in LOSSES:
         return name, value  # not a loss: refused, naming what is valid, when the variant is built
     name = next(iter(renamed(loss, {name: value})))
     hints = typing.get_type_hints(LOSSES[loss].__init__)
     return name, coerce(value, hints[name], where) if name in hints else value
-
-
-def _merge(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(old)
-    for key, value in new.items():
-        out[key] = {**out.get(key, {}), **value} if isinstance(value, Mapping) else value
-    return out
 
 
 def normalise_split(profile: Profile, changed: set[str]) -> Profile:
@@ -278,13 +268,12 @@ def variant_changes_for(profile: Profile, variant: str) -> dict[str, Any]:
         for key, value in profile.variant_overrides.get(EVERY_VARIANT, {}).items()
         if key in VARIANT_KEYS or key in losses
     }
-    return _merge(every, profile.variant_overrides.get(variant, {}))
+    return merge_overrides(every, profile.variant_overrides.get(variant, {}))
 
 
 def resolved_variant(profile: Profile, name: str, overrides: Mapping[str, Any] | None = None) -> Any:
     """Variant ``name`` as a run of ``profile`` trains it: the profile's loss defaults, the run's changes to
     the variant, then ``overrides`` (a task's own, e.g. ``--variant-overrides``) on top."""
-    from pipeline.variant_spec import merge_overrides
     from pipeline.variants import resolve_variant
 
     return resolve_variant(name, merge_overrides(variant_changes_for(profile, name), overrides or {}), profile.loss_defaults)

@@ -81,8 +81,8 @@ def _report_line(report: Path) -> str:
     params = _meta(report)["params"]
     shown = {
         k: params[k]
-        for k in ("profile", "dataset", "protocol", "variant_overrides")
-        if params.get(k) not in ("", "{}", None)
+        for k in ("profile", "dataset", "protocol", "set", "variant_overrides")
+        if params.get(k) not in ("", "{}", "[]", "()", None)
     }
     return ", ".join(f"{k} {v}" for k, v in shown.items()) + f", finished {_meta(report)['finished_at']}"
 

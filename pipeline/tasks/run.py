@@ -18,7 +18,6 @@ from pipeline.tasks.sweep import Sweep
 from pipeline.validation import (
     RunConfigurationError,
     check_gpu_fit,
-    check_profile,
     check_recipe_options,
     check_run_names,
     check_tuning,
@@ -49,8 +48,8 @@ class FullRun(GridParams, DatasetParams, RunSettings, luigi.WrapperTask):
             exit_or_raise(error)
 
     def check(self) -> None:
-        """Everything a run is built from, resolved and checked before any work (one line when wrong)."""
-        check_profile(self.profile)
+        """Everything a run is built from, resolved and checked before any work (one line when wrong; the
+        profile and ``--set`` were checked when the task was made: ``RunSettings``)."""
         overrides = recursively_unfreeze(self.variant_overrides)
         check_run_names(self.dataset, self.variants, overrides)
         check_recipe_options(self.dataset, self.recipe_options())

@@ -54,7 +54,7 @@ class Sweep(GridParams, DatasetParams, HashedTask):
         spec = report.clone(Evaluate, variant=method).variant_spec()
         knobs = spec.search_space.paths() if spec.search_space else []
         setting = path.split(".", 2)[2] if path.startswith("variants.") else path
-        return setting in knobs or (path.startswith("train.") and path in knobs)
+        return setting in knobs
 
     def method(self, report: Report) -> str:
         """The variant compared across values: the one a ``variants.<name>...`` path changes, else the headline
@@ -99,7 +99,7 @@ class Sweep(GridParams, DatasetParams, HashedTask):
             rows.append({"value": read_value(value), "raw": value, "protocol": protocols[index],
                          "seeds": comparison.get("method_seeds", []), "metrics": metrics,
                          "report": str(reports[index].output_path("markdown"))})
-        result = {**self.config(), "path": path, "method": self.method(reports[0]), "label": label, "paired": paired, "rows": rows}
+        result = {**self.config(), "label": label, "paired": paired, "rows": rows}
         write_json(self.work_path(work_dir, "json"), result)
         plot_against_setting(rows, path, f"{label}: headline metrics against {path}", self.work_path(work_dir, "figure"))
         save_text(self.work_path(work_dir, "markdown"), sweep_document(result).to_markdown())
