@@ -118,14 +118,14 @@ def from_run_root(run_root: Path, variant: str, protocol: str, work: Path) -> tu
     """The bundle of ``variant``'s Train in ``run_root`` (exported under ``work``), its Split manifest and the
     data's ground truth."""
     from serving.bundle import export_bundle
-    from serving.runs import find_train_dir, parts_from_train_dir, split_of_train_dir
+    from serving.runs import bundle_parts, find_train_dir, split_of_train_dir
 
     if not run_root.is_dir():
         raise SystemExit(
             f"no run root {run_root}: run the README's FullRun first, or give --bundle and --table"
         )
     train_dir = find_train_dir(run_root, variant, None, protocol)
-    export_bundle(parts_from_train_dir(train_dir), work / "bundle")
+    export_bundle(bundle_parts(train_dir), work / "bundle")
     split, truth = split_of_train_dir(train_dir)
     return work / "bundle", split, truth
 

@@ -24,8 +24,8 @@ import torch
 from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
 from models.vse import VSEModel
-from pipeline.profiles import DEMO
-from pipeline.variants import resolve_variant
+from pipeline.config.profiles import DEMO
+from pipeline.config.variants import resolve_variant
 
 FROZEN_FEATURE_DIM = 1280  # EfficientNet-Lite0's pooled features
 

@@ -31,8 +31,8 @@ from models.losses.checks import value_checks
 from models.training import PairData, Trainer
 from models.training.step import StepLog
 from models.vse import VSEModel
-from pipeline.profiles import DEMO
-from pipeline.variants import resolve_variant
+from pipeline.config.profiles import DEMO
+from pipeline.config.variants import resolve_variant
 
 VOCAB, WORD_DIM, FEATURES = 5000, 200, 1280
 

@@ -38,8 +38,8 @@ from models.distributed import init_from_environment
 from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
 from models.vse import VSEModel
-from pipeline.profiles import PAPER
-from pipeline.variants import resolve_variant
+from pipeline.config.profiles import PAPER
+from pipeline.config.variants import resolve_variant
 
 VOCAB, WORD_DIM = 5000, 200
 #: every speed setting off: the loop as it was before issue 13

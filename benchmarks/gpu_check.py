@@ -40,7 +40,7 @@ from bench_train_throughput import (  # noqa: E402
     synthetic_pairs,
 )
 
-from pipeline.profiles import PAPER  # noqa: E402
+from pipeline.config.profiles import PAPER  # noqa: E402
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:

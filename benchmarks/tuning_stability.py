@@ -17,21 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import luigi
 
 from evaluation.labels import point_label
-from pipeline.profiles import PROFILES
+from pipeline.config.profiles import PROFILES
 from pipeline.tasks.tuning import Tune
 
 TUNED = ("ang_np_sym", "ours", "trip_np_sym", "ours_trip")
 
 
-def tune(root: str, profile: str, variant: str, dataset: dict[str, Any]) -> Tune:
-    return Tune(profile=profile, variant=variant, run_root=root, **dataset)
+def tune(root: str, profile: str, variant: str, dataset: dict[str, Any], changes: tuple[str, ...] = ()) -> Tune:
+    return Tune(profile=profile, variant=variant, run_root=root, set=changes, **dataset)
 
 
 def main() -> None:
@@ -50,17 +49,16 @@ def main() -> None:
 
     base = PROFILES[args.profile]
     if args.trial_seeds:
-        seeds = tuple(int(s) for s in args.trial_seeds.split(","))
-        other = replace(base, name=f"{base.name}-trial-seeds", tuning=replace(base.tuning, trial_seeds=seeds))
-        what = f"trial seeds {list(seeds)} instead of {list(base.tuning.trial_seeds)}"
+        seeds = [int(s) for s in args.trial_seeds.split(",")]
+        change = f"tuning.trial_seeds={seeds}"
+        what = f"trial seeds {seeds} instead of {list(base.tuning.trial_seeds)}"
     else:
-        other = replace(base, name=f"{base.name}-full-trials", tuning=replace(base.tuning, rung_epochs=()))
+        change = "tuning.rung_epochs=[]"
         what = "every trial trained to the end instead of successive halving"
-    PROFILES[other.name] = other
     dataset = {"dataset": args.dataset, "raw_dir": args.raw_dir}
     variants = args.variants.split(",")
     first = [tune(args.root, base.name, v, dataset) for v in variants]
-    repeat = [tune(args.root, other.name, v, dataset) for v in variants]
+    repeat = [tune(args.root, base.name, v, dataset, (change,)) for v in variants]
     ok = luigi.build(first + repeat, local_scheduler=True, workers=args.workers, log_level="WARNING")
     if not ok:
         raise SystemExit("a Tune failed; see the log above")

@@ -16,6 +16,7 @@ import importlib
 import pkgutil
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -80,6 +81,24 @@ class Registry(Generic[T]):
         self._tags[name] = dict(tags)
         return entry
 
+    @contextmanager
+    def temporarily(self, name: str, entry: T | None) -> Iterator[None]:
+        """Within the block, ``name`` is ``entry`` (or, with None, not registered at all); afterwards what it was.
+        For tests and studies that try another entry under a known name (a profile with another budget)."""
+        self._load()
+        before = (self._entries.get(name), self._tags.get(name))
+        self._entries.pop(name, None)
+        self._tags.pop(name, None)
+        if entry is not None:
+            self._entries[name], self._tags[name] = entry, dict(before[1] or {})
+        try:
+            yield
+        finally:
+            self._entries.pop(name, None)
+            self._tags.pop(name, None)
+            if before[0] is not None:
+                self._entries[name], self._tags[name] = before[0], before[1] or {}
+
     def deprecate(self, old_name: str, new_name: str) -> None:
         """Keep ``old_name`` working as a spelling of ``new_name`` (a renamed entry): lookups warn and
         :meth:`resolve` gives ``new_name``, so anything hashed by name stays the same under either spelling.
@@ -116,6 +135,10 @@ class Registry(Generic[T]):
                 if all(entry_tags.get(key) == value for key, value in tags.items())
             )
         )
+
+    def tags(self, name: str) -> dict[str, Any]:
+        """The tags ``name`` was registered with (a copy)."""
+        return dict(self._tags[self._resolve(name, stacklevel=3)])
 
     def items(self) -> list[tuple[str, T]]:
         """``(name, entry)`` pairs, sorted by name."""

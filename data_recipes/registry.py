@@ -31,10 +31,14 @@ RecipeBuilder = Callable[..., RecipeResult]
 RECIPE_BUILDERS: Registry[RecipeBuilder] = Registry("dataset recipe")
 
 
-def register_recipe(name: str, *, caption_groups: bool = False) -> Callable[[RecipeBuilder], RecipeBuilder]:
+def register_recipe(
+    name: str, *, caption_groups: bool = False, generated: bool = False
+) -> Callable[[RecipeBuilder], RecipeBuilder]:
     """Decorator for a recipe module's ``build``: select it as ``--dataset name``.
 
     ``caption_groups`` marks recipes whose images carry several captions (one ``group_id`` per image); the
     report then adds Table 2 and the 5-caption evaluation (``data_recipes.CAPTION_GROUP_RECIPES``).
+    ``generated`` marks a recipe that makes its pairs instead of reading raw files (no raw folder, no shards;
+    the profiles size it with their ``dataset_options``).
     """
-    return RECIPE_BUILDERS.register(name, caption_groups=caption_groups)
+    return RECIPE_BUILDERS.register(name, caption_groups=caption_groups, generated=generated)

@@ -1,4 +1,4 @@
-"""Training settings, with the trainer that reads them; profiles (pipeline/profiles.py) choose values."""
+"""Training settings, with the trainer that reads them; profiles (pipeline/config/profiles.py) choose values."""
 
 from __future__ import annotations
 

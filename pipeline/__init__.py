@@ -1,12 +1,12 @@
 """Luigi pipeline: ``luigi --module pipeline FullRun`` (see README)."""
 
-from pipeline.failures import install_one_line_input_errors
+from pipeline.run.failures import install_one_line_input_errors
+from pipeline.run.full_run import FullRun
 from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, PrepareShard, Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.report import Report
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec, TrainWordVectors, TrunkFeatures
-from pipeline.tasks.run import FullRun
 from pipeline.tasks.search_index import SearchIndex
 from pipeline.tasks.tradeoff import WithinModalityTradeoff
 from pipeline.tasks.training import Train

@@ -31,7 +31,7 @@ def show_plan(argv: list[str]) -> int:
     """Print the run plan of ``FullRun <argv>`` and each task's status; ``--json``: the plan as JSON."""
     import json
 
-    from pipeline.plan import format_task_plan, plan_summary, resolved_plan, task_plan
+    from pipeline.run.status import format_task_plan, plan_summary, resolved_plan, task_plan
 
     as_json = "--json" in argv
     argv = [arg for arg in argv if arg != "--json"]

@@ -1,17 +1,18 @@
 """A model bundle: one folder holding everything needed to embed new images and texts with a trained model.
 
-Layout (``BUNDLE_FORMAT_VERSION`` 2)::
+Layout (``BUNDLE_FORMAT_VERSION`` 3)::
 
-    bundle.json   what the model is: variant, training settings, test metrics, image preprocessing (cache
-                  size, trunk input size, normalisation, backbone, trunk mode, pooled or spatial features),
-                  text encoding (tokenizer, max tokens, vocabulary size, the Doc2Vec model's files and
-                  inference epochs), embedding width, file checksums
+    bundle.json   what the model is: its construction record (``model``: models.trained, the record Train
+                  wrote, which builds the network), variant, training settings, test metrics, image
+                  preprocessing (cache size, trunk input size, normalisation, backbone, trunk mode, pooled or
+                  spatial features), text encoding (tokenizer, max tokens, vocabulary size, the Doc2Vec model's
+                  files and inference epochs), embedding width, file checksums
     weights.pt    {"model": state dict, "trunk": state dict of the frozen trunk or None}
     vocab.json    token -> row of the word embedding (rows 0 and 1: padding and unknown)
     doc2vec.model the run's Doc2Vec (gensim; large arrays beside it as doc2vec.model.*.npy): infers vectors
                   for the texts of a table ``crossmodal evaluate`` scores, for neighbor preservation
 
-Version-1 bundles (no Doc2Vec) still load and embed; an evaluation with one skips neighbor preservation.
+Bundles of other format versions (the unreleased 1 and 2) are refused in one line: export again.
 
 Why the frozen trunk's weights are copied in: with ``trunk: frozen`` the trained model holds no image trunk
 (it trained on cached features), so a bundle without it could not embed a new photo; copying the weights
@@ -25,7 +26,7 @@ import json
 import shutil
 import time
 import unicodedata
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +34,15 @@ import torch
 from torch import nn
 
 from common.files import atomic_directory, native_write, partial_path
-from common.tokenizer import TOKENIZER_VERSION, TOKENIZERS
+from common.hashing import file_sha256
+from common.tokenizer import TOKENIZERS
 from models.backbones import Trunk, build_trunk
-from models.encoders import EncoderConfig
-from models.registry import build_model, model_class
-from models.settings import TrainSettings
+from models.trained import ModelRecord, build_from_record
 
 BUNDLE_FORMAT = "crossmodal-bundle"
-BUNDLE_FORMAT_VERSION = 2
-#: the versions this code reads (1: no Doc2Vec model)
-READABLE_VERSIONS = (1, 2)
+BUNDLE_FORMAT_VERSION = 3
+#: the versions this code reads
+READABLE_VERSIONS = (3,)
 MANIFEST_FILE = "bundle.json"
 DOC2VEC_FILE = "doc2vec.model"
 WEIGHTS_FILE = "weights.pt"
@@ -55,17 +55,18 @@ class BundleError(ValueError):
 
 @dataclass(frozen=True)
 class BundleParts:
-    """What an export reads from a training run (a run tree or the pipeline's tasks)."""
+    """What an export reads from a training run's folders (serving.runs.bundle_parts)."""
 
     variant: str
     label: str
-    #: the resolved variant: ``model``, ``model_options``, ``losses``, ...
+    #: the resolved variant: ``model``, ``model_options``, ``losses``, ... (as Train hashed it)
     spec: dict[str, Any]
-    train: TrainSettings
+    #: the training settings Train hashed
+    train: dict[str, Any]
+    #: how the network is built (models.trained): the record Train wrote beside its checkpoints
+    record: ModelRecord
     checkpoint: Path
     vocab: dict[str, int]
-    #: the seed the frozen trunk was built with (TrunkFeatures' data seed: a random init must match)
-    trunk_seed: int
     #: side of the square thumbnails images were decoded to before the trunk's resize (the image cache)
     image_cache_size: int
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -105,9 +106,8 @@ class Bundle:
 
     @property
     def tokenizer_version(self) -> int:
-        """The tokenizer the model was trained with (``common.tokenizer.TOKENIZERS``); 1 for a bundle that
-        does not say (exported before the Unicode tokenizer)."""
-        return int(self.text.get("tokenizer_version", 1))
+        """The tokenizer the model was trained with (``common.tokenizer.TOKENIZERS``)."""
+        return int(self.text["tokenizer_version"])
 
     def doc2vec(self):  # noqa: ANN201 - gensim's Doc2Vec, imported only when asked for
         """The run's Doc2Vec model, or None when the bundle holds none (format 1, or a run without one)."""
@@ -131,31 +131,6 @@ class Bundle:
         }
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def needs_spatial_features(model_name: str) -> bool:
-    return bool(getattr(model_class(model_name), "needs_spatial_features", False))
-
-
-def encoder_config(manifest: dict[str, Any]) -> EncoderConfig:
-    """The model's sizes from a manifest; ``pretrained=False`` since every weight comes from the bundle."""
-    train, image, text = manifest["train"], manifest["image"], manifest["text"]
-    return EncoderConfig(
-        backbone=image["backbone"],
-        pretrained=False,
-        embed_dim=manifest["embedding"]["width"],
-        word_dim=text["word_dim"],
-        gru_hidden=train["gru_hidden"],
-        vocab_size=text["vocab_size"],
-        trunk=image["trunk"],
-        feature_dim=image["feature_dim"] if image["trunk"] == "frozen" else None,
-    )
 
 
 def _word_embedding_shape(state: dict[str, torch.Tensor]) -> tuple[int, int]:
@@ -181,49 +156,48 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not empty; export into a new folder")
-    checkpoint = torch.load(parts.checkpoint, map_location="cpu", weights_only=False)
+    checkpoint = torch.load(parts.checkpoint, map_location="cpu", weights_only=True)
     state = checkpoint["model"]
+    record = parts.record
     vocab_size, word_dim = _word_embedding_shape(state)
-    if vocab_size != len(parts.vocab) + 2:
+    if vocab_size != len(parts.vocab) + 2 or vocab_size != record.encoder.vocab_size:
         raise BundleError(
-            f"the checkpoint's word embedding has {vocab_size} rows but the vocabulary {len(parts.vocab)} words "
-            "(+2 for padding and unknown): they come from different runs"
+            f"the checkpoint's word embedding has {vocab_size} rows, its model record {record.encoder.vocab_size} and "
+            f"the vocabulary {len(parts.vocab)} words (+2 for padding and unknown): they come from different runs"
         )
-    t = parts.train
-    spatial = needs_spatial_features(parts.spec["model"])
-    trunk_state, feature_dim, mean, std, pretrained_loaded = None, None, None, None, None
-    if t.trunk == "frozen":
+    trunk_state, feature_dim, pretrained_loaded = None, record.encoder.feature_dim, None
+    if record.frozen_trunk is not None:
         # as TrunkFeatures built it: the seed decides a random init when no ImageNet weights are found
-        torch.manual_seed(parts.trunk_seed)
-        trunk = build_trunk(t.backbone, t.pretrained)
-        trunk_state, feature_dim = trunk.state_dict(), trunk.feature_dim
-        mean, std, pretrained_loaded = list(trunk.mean), list(trunk.std), trunk.pretrained_loaded
+        torch.manual_seed(record.frozen_trunk["seed"])
+        trunk = build_trunk(record.encoder.backbone, record.frozen_trunk["pretrained"])
+        trunk_state, feature_dim, pretrained_loaded = trunk.state_dict(), trunk.feature_dim, trunk.pretrained_loaded
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
         "format_version": BUNDLE_FORMAT_VERSION,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "torch": torch.__version__,
+        "model": record.to_json(),
         "variant": {"name": parts.variant, "label": parts.label, "spec": parts.spec},
-        "train": asdict(t),
+        "train": dict(parts.train),
         "metrics": parts.metrics,
         "checkpoint_epoch": int(checkpoint.get("epoch", -1)),
         "source": parts.source,
-        "embedding": {"width": t.embed_dim, "per_item": 1},
+        "embedding": {"width": record.encoder.embed_dim, "per_item": 1},
         "image": {
-            "backbone": t.backbone,
-            "trunk": t.trunk,
-            "features": "spatial" if spatial else "pooled",
+            "backbone": record.encoder.backbone,
+            "trunk": record.encoder.trunk,
+            "features": record.features,
             "feature_dim": feature_dim,
             "cache_size": parts.image_cache_size,
-            "image_size": t.image_size,
-            "mean": mean,
-            "std": std,
+            "image_size": record.image_size,
+            "mean": list(record.mean),
+            "std": list(record.std),
             "imagenet_weights_loaded": pretrained_loaded,
         },
         "text": {
-            "tokenizer_version": TOKENIZER_VERSION,
+            "tokenizer_version": record.tokenizer_version,
             "unicode_version": unicodedata.unidata_version,
-            "max_tokens": t.max_text_tokens,
+            "max_tokens": record.max_text_tokens,
             "vocab_size": vocab_size,
             "word_dim": word_dim,
             "doc2vec": (
@@ -231,7 +205,7 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
             ),
         },
     }
-    model = build_model(parts.spec["model"], encoder_config(manifest), None, **parts.spec["model_options"])
+    model = build_from_record(record)
     model.load_state_dict(state)
     manifest["embedding"]["per_item"] = _embedding_per_item(model.eval())
 
@@ -257,7 +231,7 @@ def _write_bundle(
                 name = DOC2VEC_FILE + source.name[len(Path(parts.doc2vec).name) :]
                 shutil.copyfile(source, partial / name)
                 names.append(name)
-        manifest["files"] = {name: sha256_of(partial / name) for name in names}
+        manifest["files"] = {name: file_sha256(partial / name) for name in names}
         manifest["bundle_id"] = hashlib.sha256(
             json.dumps(manifest["files"], sort_keys=True).encode()
         ).hexdigest()[:16]
@@ -298,11 +272,11 @@ def load_bundle(path: Path) -> Bundle:
         file = path / name
         if not file.is_file():
             raise BundleError(f"{path} lacks {name}; the bundle is incomplete, export it again")
-        if sha256_of(file) != expected:
+        if file_sha256(file) != expected:
             raise BundleError(
                 f"{file} is corrupt (its checksum differs from the one recorded at export); export it again"
             )
-    version = int(manifest["text"].get("tokenizer_version", 1))
+    version = int(manifest["text"]["tokenizer_version"])
     if version not in TOKENIZERS:
         raise BundleError(
             f"{path} was trained with tokenizer version {version}; this version of crossmodal has tokenizers "
@@ -310,8 +284,7 @@ def load_bundle(path: Path) -> Bundle:
         )
     weights = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
     vocab = json.loads((path / VOCAB_FILE).read_text())
-    spec = manifest["variant"]["spec"]
-    model = build_model(spec["model"], encoder_config(manifest), None, **spec["model_options"])
+    model = build_from_record(ModelRecord.from_json(manifest["model"]))
     model.load_state_dict(weights["model"])
     trunk = None
     if manifest["image"]["trunk"] == "frozen":

@@ -28,10 +28,10 @@ LISTED_REJECTS = 20
 
 def _export(args: argparse.Namespace) -> None:
     from serving.bundle import export_bundle
-    from serving.runs import find_train_dir, parts_from_train_dir
+    from serving.runs import bundle_parts, find_train_dir
 
     train_dir = find_train_dir(Path(args.source), args.variant, args.seed, args.protocol, args.report)
-    manifest = export_bundle(parts_from_train_dir(train_dir), Path(args.out))
+    manifest = export_bundle(bundle_parts(train_dir), Path(args.out))
     print(
         f"Exported {manifest['variant']['label']} (seed {manifest['source']['seed']}, epoch "
         f"{manifest['checkpoint_epoch']}) from {train_dir} to {args.out}: {manifest['embedding']['width']}-d "

@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from models.settings import TrainSettings
+from common.hashing import file_sha256
+from models.trained import ModelRecordError, read_record
 from serving.bundle import BundleError, BundleParts
 
 META_FILE = "_meta.json"
+#: where a run root keeps its run plans (pipeline.config.plan writes them; read here as files)
+PLAN_FOLDER, PLAN_FILE = "RunPlan", "run_plan.json"
 
 
 def _meta(folder: Path) -> dict[str, Any]:
@@ -21,12 +24,9 @@ def _meta(folder: Path) -> dict[str, Any]:
 
 def _output(folder: Path, name: str) -> Path:
     """The file of declared output ``name`` of the task output ``folder``, as the task's metadata names it."""
-    outputs = _meta(folder).get("outputs")
-    if outputs is None or name not in outputs:
-        raise BundleError(
-            f"{folder / META_FILE} names no output {name!r} (a run tree from before outputs were recorded); "
-            "rerun the pipeline into a new run root"
-        )
+    outputs = _meta(folder).get("outputs", {})
+    if name not in outputs:
+        raise BundleError(f"{folder / META_FILE} names no output {name!r}: the folder was not written by this version")
     return folder / outputs[name]
 
 
@@ -78,12 +78,14 @@ def choose_report(run_root: Path, report: str | None) -> Path:
 
 
 def _report_line(report: Path) -> str:
-    params = _meta(report)["params"]
+    plan = run_plan_of(report)
     shown = {
-        k: params[k]
-        for k in ("profile", "dataset", "protocol", "set", "variant_overrides")
-        if params.get(k) not in ("", "{}", "[]", "()", None)
+        "profile": plan.get("profile"),
+        "dataset": plan.get("dataset", {}).get("name"),
+        "protocols": "+".join(plan.get("protocols", [])),
+        "changes": " ".join(plan.get("changes", [])),
     }
+    shown = {k: v for k, v in shown.items() if v}
     return ", ".join(f"{k} {v}" for k, v in shown.items()) + f", finished {_meta(report)['finished_at']}"
 
 
@@ -105,19 +107,18 @@ def find_train_dir(
             raise BundleError(
                 f"{source} is a {_meta(source).get('task')} output; give a Train output or a run root"
             )
+        trained = _meta(source)["config"]
+        if variant is not None and variant != trained["variant"]["name"]:
+            raise BundleError(f"{source} trained variant {trained['variant']['name']!r}, not {variant!r}: drop --variant or give a run root")
+        if seed is not None and seed != trained["seed"]:
+            raise BundleError(f"{source} trained with seed {trained['seed']}, not {seed}: drop --seed or give a run root")
         return source
     if not (source / "Train").is_dir():
         raise BundleError(
             f"{source} is neither a Train output (no {META_FILE}) nor a run root (no Train/ folder)"
         )
     chosen = choose_report(source, report)
-    outputs = _meta(chosen).get("outputs", {})
-    if RUN_INDEX_OUTPUT not in outputs or not (chosen / outputs[RUN_INDEX_OUTPUT]).is_file():
-        raise BundleError(
-            f"report {chosen.name} was written before reports recorded their runs (run_index.json): run the same "
-            "FullRun command again (only its Report is rebuilt), or give one Train output folder"
-        )
-    runs = json.loads((chosen / outputs[RUN_INDEX_OUTPUT]).read_text())["runs"]
+    runs = json.loads(_output(chosen, RUN_INDEX_OUTPUT).read_text())["runs"]
     variant = variant or _meta(chosen)["config"]["headline"]["method"]
     candidates = [run for run in runs if run["variant"] == variant]
     if not candidates:
@@ -149,49 +150,74 @@ def find_train_dir(
 
 def _candidates(runs: list[dict[str, Any]]) -> str:
     return "; ".join(
-        f"{run['protocol']} seed {run['seed']} {json.dumps(run['variant_overrides'], sort_keys=True)} -> {run['train']}"
+        f"{run['protocol']} seed {run['seed']} {json.dumps(run['point'], sort_keys=True)} -> {run['train']}"
         for run in runs
     )
 
 
-def parts_from_train_dir(train_dir: Path) -> BundleParts:
-    """A Train output's checkpoint, settings and vocabulary, and the test metrics of its Evaluate (if run)."""
+def run_plan_of(folder: Path) -> dict[str, Any]:
+    """The run plan a task output was made under (``<run_root>/RunPlan/<id>/run_plan.json``, its ``summary``);
+    empty when the output names none."""
+    plan_id = _meta(folder).get("params", {}).get("plan")
+    path = Path(folder).parent.parent / PLAN_FOLDER / str(plan_id) / PLAN_FILE
+    return json.loads(path.read_text()).get("summary", {}) if plan_id and path.is_file() else {}
+
+
+def evaluation_of(train_dir: Path) -> Path | None:
+    """The Evaluate output of a Train output in the same run root, if one was run."""
+    for path in sorted((Path(train_dir).parent.parent / "Evaluate").glob(f"*/{META_FILE}")):
+        if _tail(_meta(path.parent)["upstream"]["Train"]) == _tail(train_dir):
+            return path.parent
+    return None
+
+
+def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundleParts:
+    """What a bundle of a Train output holds: the model record Train wrote, its best checkpoint, the vocabulary
+    the record names, the image cache's side, and the test metrics and Doc2Vec of ``evaluate_dir`` (default:
+    the run root's Evaluate of this Train, if any). The one bundle builder of SearchIndex and
+    ``crossmodal export``."""
     train_dir = Path(train_dir)
     run_root = train_dir.parent.parent
     meta = _meta(train_dir)
-    upstream = meta["upstream"]
-    words = _sibling(run_root, upstream["TrainWordVectors"])
-    prepared = _meta(_sibling(run_root, upstream["PrepareDataset"]))
+    try:
+        record = read_record(_output(train_dir, "model"))
+    except ModelRecordError as error:
+        raise BundleError(f"{train_dir}: {error}") from None
+    vocab_file = (train_dir / record.vocabulary["file"]).resolve()
+    if not vocab_file.is_file() or file_sha256(vocab_file) != record.vocabulary["sha256"]:
+        raise BundleError(
+            f"{train_dir}: the vocabulary its model record names ({vocab_file}) is missing or was changed since "
+            "training; export from the run root the model was trained in"
+        )
+    prepared = _meta(_sibling(run_root, meta["upstream"]["PrepareDataset"]))
+    evaluate_dir = evaluation_of(train_dir) if evaluate_dir is None else Path(evaluate_dir)
     metrics: dict[str, Any] = {}
     doc2vec, infer_epochs = None, None
-    for path in (run_root / "Evaluate").glob(f"*/{META_FILE}"):
-        evaluation = _meta(path.parent)
-        if _tail(evaluation["upstream"]["Train"]) == _tail(train_dir):
-            metrics = json.loads(_output(path.parent, "metrics").read_text())
-            # the Doc2Vec its neighbor preservation was measured against (Train needs none without text
-            # neighbors)
-            doc2vec_dir = _sibling(run_root, evaluation["upstream"]["TrainDoc2Vec"])
-            doc2vec = _output(doc2vec_dir, "model")
-            infer_epochs = int(_meta(doc2vec_dir)["config"]["doc2vec"]["infer_epochs"])
-            break
+    if evaluate_dir is not None:
+        metrics = json.loads(_output(evaluate_dir, "metrics").read_text())
+        # the Doc2Vec its neighbor preservation was measured against (Train needs none without text neighbors)
+        doc2vec_dir = _sibling(run_root, _meta(evaluate_dir)["upstream"]["TrainDoc2Vec"])
+        doc2vec = _output(doc2vec_dir, "model")
+        infer_epochs = int(_meta(doc2vec_dir)["config"]["doc2vec"]["infer_epochs"])
+    plan = run_plan_of(train_dir)
     spec = meta["config"]["variant"]
     return BundleParts(
-        variant=meta["params"]["variant"],
-        label=metrics.get("label", meta["params"]["variant"]),
+        variant=spec["name"],
+        label=metrics.get("label", spec["name"]),
         spec=spec,
-        train=TrainSettings(**meta["config"]["train"]),
+        train=meta["config"]["train"],
+        record=record,
         checkpoint=_output(train_dir, "checkpoint"),
-        vocab=json.loads(_output(words, "vocab").read_text()),
-        trunk_seed=int(meta["params"]["data_seed"]),
+        vocab=json.loads(vocab_file.read_text()),
         image_cache_size=int(prepared["summary"]["image_cache"]["image_size"]),
         metrics=metrics,
         doc2vec=doc2vec,
         doc2vec_infer_epochs=infer_epochs,
         source={
-            "train_dir": str(train_dir.resolve()),
+            "train": f"{train_dir.name}",
             "seed": meta["config"]["seed"],
-            "profile": meta["params"]["profile"],
-            "dataset": meta["params"]["dataset"],
+            "profile": plan.get("profile"),
+            "dataset": plan.get("dataset", {}).get("name"),
         },
     )
 

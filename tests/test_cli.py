@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import FullRun
-from pipeline.validation import RunConfigurationError
+from pipeline.config.checks import RunConfigurationError
 
 ROOT = Path(__file__).resolve().parents[1]
 LUIGI = Path(sys.executable).with_name("luigi")
@@ -29,8 +29,8 @@ def run_luigi(*args: str, run_root: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--profile", "fast"], "error: unknown profile 'fast'; valid profiles: demo, paper, smoke"),
-        (["--variants", '["ours","ourz"]'], "error: unknown variant(s) 'ourz'; valid variants: "),
+        (["--profile", "fast"], "error: unknown profile 'fast'; available: demo, paper, smoke"),
+        (["--variants", '["ours","ourz"]'], "error: unknown variant 'ourz'; did you mean 'ours'? available: "),
     ],
 )
 def test_a_bad_name_exits_2_with_one_line_before_any_work(tmp_path, args, message):
@@ -46,11 +46,11 @@ def test_a_bad_name_exits_2_with_one_line_before_any_work(tmp_path, args, messag
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"profile": "fast"}, "unknown profile 'fast'; valid profiles: demo, paper, smoke"),
-        ({"dataset": "cocoa"}, "unknown dataset 'cocoa'; valid datasets: coco, conceptual_captions, "),
-        ({"variants": ["ours", "ourz"]}, r"unknown variant\(s\) 'ourz'; valid variants: "),
-        ({"variant_overrides": {"nope": {}}}, r"unknown variant\(s\) 'nope'"),
-        ({"variant_overrides": {"ours": {"tripletz": {"margin": 1}}}}, "bad override for variant 'ours'"),
+        ({"profile": "fast"}, "unknown profile 'fast'; available: demo, paper, smoke"),
+        ({"dataset": "cocoa"}, r"unknown dataset 'cocoa'; did you mean 'coco'\? available: coco, conceptual_captions, "),
+        ({"variants": ["ours", "ourz"]}, r"unknown variant 'ourz'; did you mean 'ours'\? available: "),
+        ({"variant_overrides": {"nope": {}}}, r"--variant-overrides: unknown variant 'nope'"),
+        ({"variant_overrides": {"ours": {"tripletz": {"margin": 1}}}}, r"--set variants.ours: override 'tripletz' does not match variant 'ours'"),
     ],
 )
 def test_called_from_code_the_error_is_raised(params, message):
@@ -58,15 +58,19 @@ def test_called_from_code_the_error_is_raised(params, message):
         FullRun(**params)
 
 
-def test_model_tasks_take_a_gpu_only_when_cuda_is_present(monkeypatch):
-    import torch
+def test_network_tasks_take_a_gpu_only_on_a_gpu_host(monkeypatch, tmp_path):
+    from pipeline import Cocos, Evaluate, SearchIndex, Split, Train, TrunkFeatures
+    from pipeline.engine import task
 
-    from pipeline import Evaluate, Train
-
-    for present, expected in ((False, {}), (True, {"gpu": 1})):
-        monkeypatch.setattr(torch.cuda, "is_available", lambda present=present: present)
-        assert Train(profile="smoke").resources == expected
-        assert Evaluate(profile="smoke").resources == expected
+    for gpus, expected in ((0, {}), (2, {"gpu": 1})):
+        monkeypatch.setattr(task, "host_gpu_count", lambda gpus=gpus: gpus)
+        for cls in (Train, Evaluate, Cocos, SearchIndex):
+            assert cls(profile="smoke", run_root=str(tmp_path)).resources == expected
+        features = TrunkFeatures(profile="smoke", run_root=str(tmp_path), backbone="efficientnet_lite0", image_size=32)
+        assert features.resources == expected
+        assert Split(profile="smoke", run_root=str(tmp_path)).resources == {}
+    two = Train(profile="smoke", run_root=str(tmp_path), set=("train.nproc_per_node=2",))
+    assert two.resources == {"gpu": 2}, "a data-parallel Train takes a GPU per process"
 
 
 def test_python_m_pipeline_is_the_luigi_command_with_the_same_early_errors(tmp_path):
@@ -108,7 +112,7 @@ def test_a_ddp_train_that_cannot_fit_the_host_is_refused_before_any_work(
 ):
     """Luigi never schedules a task needing more of a resource than it hands out, and says only 'not run';
     FullRun refuses such a grid at once on a CUDA host instead."""
-    from pipeline.validation import gpu_shortfall
+    from pipeline.config.checks import gpu_shortfall
 
     problem = gpu_shortfall(processes, host_gpus, scheduler_gpus)
     assert problem == message if message is None else message in problem

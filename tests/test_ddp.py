@@ -26,7 +26,7 @@ from models.encoders import EncoderConfig
 from models.registry import build_model
 from models.settings import TrainSettings
 from models.training import LAST_CHECKPOINT, PairData, StepPlan, Trainer
-from pipeline.variants import resolve_variant
+from pipeline.config.variants import resolve_variant
 
 pytestmark = pytest.mark.slow
 
@@ -278,7 +278,7 @@ def test_train_with_two_processes_launches_torchrun_and_matches_one_process_on_t
 
 def test_torchrun_command_single_node_standalone_and_multi_node_rendezvous(tmp_path):
     from pipeline import Train
-    from pipeline.torchrun_launch import ENTRY_POINT, torchrun_command
+    from pipeline.engine.torchrun import ENTRY_POINT, torchrun_command
 
     def command(**train) -> list[str]:
         task = Train(profile="smoke", run_root=str(tmp_path), variant_overrides={"train": train})

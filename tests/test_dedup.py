@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 
-from pipeline.profiles import Profile
+from pipeline.config.profiles import Profile
 from pipeline.steps import dedup, minhash
 from pipeline.steps.dedup import deduplicate
 from pipeline.steps.dedup_quality import dedup_precision_recall

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from pipeline import Evaluate
-from pipeline.profiles import SMOKE
+from pipeline.config.profiles import SMOKE
 from serving.bundle import MANIFEST_FILE
 from serving.cli import main
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import luigi
 
 from pipeline import FullRun
-from pipeline.profiles import SMOKE
+from pipeline.config.profiles import SMOKE
 from serving.cli import main
 from tests.luigi_runs import build
 

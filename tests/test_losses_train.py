@@ -16,7 +16,7 @@ from models.losses import LOSSES, build_loss
 from models.registry import build_model
 from models.training import PairData, Trainer, pick_device
 from pipeline import NeighborTables, PrepareDataset, Split, TrainWordVectors
-from pipeline.profiles import SMOKE
+from pipeline.config.profiles import SMOKE
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.training import load_pair_data
 from tests.fixtures.recipes.make_fixtures import make_fixture

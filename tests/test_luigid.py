@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import FullRun
-from pipeline.base import META_FILE
+from pipeline.engine.task import META_FILE
 from pipeline.tasks.report import all_upstream
 
 pytestmark = pytest.mark.slow

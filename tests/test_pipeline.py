@@ -13,9 +13,9 @@ import torch
 from PIL import Image
 
 from pipeline import FullRun, PrepareDataset, Train
-from pipeline.base import META_FILE
-from pipeline.profiles import SMOKE
-from pipeline.variants import TABLE_1, TABLE_4, VARIANTS, paper_grid
+from pipeline.config.profiles import SMOKE
+from pipeline.config.variants import TABLE_1, TABLE_4, VARIANTS, paper_grid
+from pipeline.engine.task import META_FILE
 from tests.luigi_runs import build
 from tests.markdown_tables import section
 

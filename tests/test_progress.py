@@ -1,4 +1,4 @@
-"""The progress display (pipeline/progress.py) against a faked run root: folders and files made step by step
+"""The progress display (pipeline/run/progress.py) against a faked run root: folders and files made step by step
 as tasks would make them, polled without its thread and with a fake clock."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.progress import HISTORY_FILE, META_FILE, ProgressDisplay, WatchedTask
+from pipeline.run.progress import HISTORY_FILE, META_FILE, ProgressDisplay, WatchedTask
 
 
 class Clock:
@@ -73,7 +73,7 @@ def finish(
 
 def test_the_file_names_are_those_the_pipeline_writes():
     from models.training.history import HISTORY_FILE as written_history
-    from pipeline.base import META_FILE as written_meta
+    from pipeline.engine.task import META_FILE as written_meta
 
     assert (META_FILE, HISTORY_FILE) == (written_meta, written_history)
 

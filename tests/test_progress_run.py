@@ -1,5 +1,5 @@
 """The progress display of a real FullRun from the command line: live in a (pseudo-)terminal, plain lines into
-a file, nothing with --quiet (``pipeline.progress``, ``pipeline.watch``)."""
+a file, nothing with --quiet (``pipeline.run.progress``, ``pipeline.run.watch``)."""
 
 import os
 import re

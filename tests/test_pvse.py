@@ -19,8 +19,8 @@ from models.losses.pvse_mil import diversity_penalty, mil_similarity, mmd_penalt
 from models.pvse import PolysemousInstanceEmbedding, PVSEModel
 from models.registry import MODELS, build_model
 from models.training import PairData
+from pipeline.config.variants import VARIANTS
 from pipeline.tasks.cocos import collect_cocos
-from pipeline.variants import VARIANTS
 
 VOCAB = 23
 CONFIG = EncoderConfig(
@@ -666,7 +666,7 @@ def test_pvse_ours_variant_yields_cocos_rows() -> None:
         assert 0.0 <= stats["per_query_mean"] <= 1.0 and 0.0 <= stats["per_batch_sum_mean"] <= 2
 
     # imported here: importing evaluation.report before the pipeline package hits an import cycle
-    # (evaluation.report -> pipeline.variants -> pipeline/__init__ -> pipeline.tasks.report -> evaluation.report)
+    # (evaluation.report -> pipeline.config.variants -> pipeline/__init__ -> pipeline.tasks.report -> evaluation.report)
     from evaluation.report import cocos_rows
 
     _, rows = cocos_rows([{"label": variant.label, "seed": 0, "losses": summary}])

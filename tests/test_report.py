@@ -46,7 +46,7 @@ from evaluation.statistics import paired_bootstrap_items_and_seeds
 from models.batching import BatchSampler
 from models.losses import build_loss
 from models.training import PairData
-from pipeline.io import write_json
+from pipeline.engine.outputs import write_json
 from pipeline.tasks.cocos import collect_cocos
 from tests.markdown_tables import section, table_row
 

@@ -12,8 +12,8 @@ import luigi
 import pytest
 
 from pipeline import FullRun, code_versions
-from pipeline.base import META_FILE
-from pipeline.plan import DONE, KEPT, STALE, task_plan
+from pipeline.engine.task import META_FILE
+from pipeline.run.status import DONE, KEPT, STALE, task_plan
 from tests.luigi_runs import build, copied_root
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +61,7 @@ def test_a_code_change_recomputes_its_task_and_everything_downstream_and_nothing
     result, _ = build([FullRun(run_root=str(root), **SMALL_GRID)])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
     before = metas(root)
-    # the maintainer's answer to a changed loss: python -m pipeline.code_identity --bump Train
+    # the maintainer's answer to a changed loss: python -m pipeline.engine.code_identity --bump Train
     bumped = copy.deepcopy(code_versions.recorded())
     bumped["families"]["Train"]["version"] += 1
     monkeypatch.setattr(code_versions, "recorded", lambda: bumped)

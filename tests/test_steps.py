@@ -10,17 +10,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from common.hashing import stable_hash
 from models.doc2vec import infer_vectors
-from pipeline.base import stable_hash
-from pipeline.io import DiskFullError, atomic_directory, save_array, save_array_blocks
-from pipeline.profiles import Doc2VecSettings, WordVectorSettings
+from pipeline.config.profiles import Doc2VecSettings, WordVectorSettings
+from pipeline.config.variant_spec import VariantError
+from pipeline.config.variants import VARIANTS
+from pipeline.engine.outputs import DiskFullError, atomic_directory, save_array, save_array_blocks
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec
 from pipeline.steps.neighbors import annoy_neighbor_table, exact_neighbors, recall_against_exact
 from pipeline.steps.splits import assign_splits
 from pipeline.steps.text import PAD, UNK, encode_texts, tokenize
 from pipeline.steps.word_vectors import train_word_vectors
-from pipeline.variant_spec import VariantError
-from pipeline.variants import VARIANTS, resolve_variant
 
 
 def test_splits_are_80_10_10_and_stable_when_data_is_added():
@@ -172,16 +172,18 @@ def test_stable_hash_ignores_key_order():
     assert stable_hash({"a": 1}) != stable_hash({"a": 2})
 
 
+def resolve_variant(name: str, overrides: dict | None = None, loss_defaults: dict | None = None):
+    """A table row with a profile's loss defaults and changes, as the plan resolves it."""
+    return VARIANTS[name].with_loss_defaults(loss_defaults or {}).with_overrides(overrides or {})
+
+
 def test_variant_overrides_change_only_the_named_loss():
     spec = resolve_variant("ours", {"within_modality": {"text_weight": 0.7}})
     assert spec.losses[1].params["text_weight"] == 0.7
     assert VARIANTS["ours"].losses[1].params["text_weight"] == 0.2, "the registry entry is not mutated"
-    with pytest.warns(FutureWarning, match="'alpha' of loss 'within_modality' is deprecated: use 'text_weight'"):
-        old = resolve_variant("ours", {"within_modality": {"alpha": 0.7}})
-    assert old == spec, "the old spelling is the same variant"
-    assert old.as_dict()["losses"][1]["params"]["alpha"] == 0.7, "hashed under its first name: no path moved"
+    assert spec.as_dict()["losses"][1]["params"]["alpha"] == 0.7, "hashed under the paper's symbol: no path moved"
     with pytest.raises(VariantError, match="does not match"):
-        resolve_variant("ang_np_sym", {"within_modality": {"alpha": 0.7}})
+        resolve_variant("ang_np_sym", {"within_modality": {"text_weight": 0.7}})
 
 
 @pytest.mark.parametrize(
@@ -199,7 +201,7 @@ def test_a_typo_in_an_override_is_refused_when_the_variant_is_built_naming_the_v
 
 
 def test_a_search_space_names_real_settings_and_its_trials_honour_one_budget():
-    from pipeline.variant_spec import SearchSpace
+    from pipeline.config.variant_spec import SearchSpace
 
     with pytest.raises(VariantError, match="unknown training setting"):
         replace(VARIANTS["ours"], search_space=SearchSpace({"train.learnin_rate": (1e-3,)}))
@@ -217,17 +219,18 @@ def test_a_search_space_names_real_settings_and_its_trials_honour_one_budget():
         SearchSpace({"angular.alpha_degrees+within_modality": (30.0,)})
 
 
-def test_variant_train_overrides_reach_the_train_settings():
+def test_variant_train_changes_reach_the_train_settings(tmp_path):
     from pipeline.tasks.training import Train
 
-    task = Train(
-        profile="smoke", variant="ours", variant_overrides={"train": {"neighbor_mode": "extra_rows"}}
-    )
+    task = Train(profile="smoke", variant="ours", run_root=str(tmp_path), set=("variants.ours.train.neighbor_mode=extra_rows",))
     assert task.train_settings().neighbor_mode == "extra_rows"
     assert task.config()["train"]["neighbor_mode"] == "extra_rows"
-    assert Train(profile="smoke", variant="ours").config()["train"]["neighbor_mode"] == "in_batch"
+    assert Train(profile="smoke", variant="ours", run_root=str(tmp_path)).config()["train"]["neighbor_mode"] == "in_batch"
+    trial = Train(profile="smoke", variant="ours", run_root=str(tmp_path), point={"train": {"neighbor_mode": "extra_rows"}})
+    assert trial.config() == task.config(), "a trial's point and a run's change of the same setting are one run"
     with pytest.raises(VariantError, match="unknown training setting"):
-        Train(profile="smoke", variant="ours", variant_overrides={"train": {"nonsense": 1}}).train_settings()
+        Train(profile="smoke", variant="ours", run_root=str(tmp_path), point={"train": {"nonsense": 1}}).train_settings()
+    assert list(tmp_path.iterdir()) == [], "planning writes nothing: the first task that runs writes the plan"
 
 
 def test_every_registered_loss_is_selectable_as_a_variant():
@@ -240,7 +243,7 @@ def test_every_registered_loss_is_selectable_as_a_variant():
 
 
 def test_profile_loss_defaults_fill_unset_parameters_and_overrides_win():
-    from pipeline.profiles import get_profile
+    from pipeline.config.profiles import get_profile
 
     defaults = get_profile("demo").loss_defaults
     assert resolve_variant("pvse", loss_defaults=defaults).losses[0].params == {"max_violation": False}

@@ -99,7 +99,7 @@ def test_vocabulary_coverage_by_hand():
 def test_the_tokenizer_version_is_part_of_every_tokenising_tasks_output_path(monkeypatch):
     import luigi
 
-    import pipeline.base
+    import pipeline.engine.task
     from pipeline import PrepareShard, Train, TrainDoc2Vec, TrunkFeatures
 
     def signatures() -> dict[str, str]:
@@ -113,7 +113,7 @@ def test_the_tokenizer_version_is_part_of_every_tokenising_tasks_output_path(mon
         return {type(task).__name__: task.signature() for task in tasks}
 
     before = signatures()
-    monkeypatch.setattr(pipeline.base, "TOKENIZER_VERSION", 99)
+    monkeypatch.setattr(pipeline.engine.task, "TOKENIZER_VERSION", 99)
     after = signatures()
     assert all(before[name] != after[name] for name in ("PrepareShard", "TrainDoc2Vec", "Train"))
     # the trunk reads no text, but its input (the validated shard) depends on the tokenizer too

@@ -14,7 +14,7 @@ from models.inference import embed_pairs
 from models.losses import build_loss
 from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer
 from models.vse import VSEModel
-from pipeline.profiles import TrainSettings
+from pipeline.config.profiles import TrainSettings
 
 SETTINGS = TrainSettings(
     backbone="resnet18",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import luigi
@@ -14,12 +13,12 @@ import pandas as pd
 import pytest
 
 from pipeline import FullRun, Train, TrainDoc2Vec
-from pipeline.profiles import PROFILES, SMOKE
+from pipeline.config.checks import RunConfigurationError
+from pipeline.config.profiles import SMOKE
+from pipeline.config.variant_spec import SearchSpace
+from pipeline.config.variants import VARIANTS
 from pipeline.steps.tuning import choose
 from pipeline.tasks.tuning import Tune
-from pipeline.validation import RunConfigurationError
-from pipeline.variant_spec import SearchSpace
-from pipeline.variants import VARIANTS
 from tests.luigi_runs import build
 
 pytestmark = pytest.mark.slow
@@ -101,11 +100,10 @@ def test_a_trial_at_the_shared_settings_is_the_shared_run(smoke_run):
     assert tune.trial_train(at_defaults, SMOKE.tuning.trial_seeds[0]).output_dir() == shared.output_dir()
 
 
-def test_a_budget_above_a_search_space_is_refused_before_any_work(monkeypatch, tmp_path):
-    monkeypatch.setitem(PROFILES, "smoke", replace(SMOKE, tuning=replace(SMOKE.tuning, budget=10)))
+def test_a_budget_above_a_search_space_is_refused_before_any_work(tmp_path):
     with pytest.raises(RunConfigurationError, match="tuning budget is 10 trials per variant but the search space"):
-        FullRun(profile="smoke", run_root=str(tmp_path))
-    with pytest.raises(RunConfigurationError, match="unknown protocol 'tunned'"):
+        FullRun(profile="smoke", run_root=str(tmp_path), set=("tuning.budget=10",))
+    with pytest.raises(RunConfigurationError, match=r"protocol must be one of \('shared', 'tuned', 'both'\), got 'tunned'"):
         FullRun(profile="smoke", run_root=str(tmp_path), protocol="tunned")
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.config.variants import VARIANTS
 from pipeline.steps.tuning import (
     RunKey,
     choose,
@@ -15,7 +16,6 @@ from pipeline.steps.tuning import (
     survivors,
     walk_schedule,
 )
-from pipeline.variants import VARIANTS
 
 
 def scripted(curves: dict[tuple[int, int], list[float]], patience: int | None = None):

@@ -117,7 +117,7 @@ def _add_boilerplate(rows: list[Row], n_boilerplate: int, rng: np.random.Generat
     return n_notices
 
 
-@register_recipe("embedded")
+@register_recipe("embedded", generated=True)
 def build(
     raw_dir: Path | None,
     work_dir: Path,

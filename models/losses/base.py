@@ -114,12 +114,13 @@ class Loss(nn.Module, Generic[Prepared]):
 LossClass = TypeVar("LossClass", bound=type[Loss[Any]])
 
 
-def register_loss(name: str) -> Callable[[LossClass], LossClass]:
+def register_loss(name: str, *, model: str = "vse") -> Callable[[LossClass], LossClass]:
     """Class decorator: make a loss selectable by ``name`` from task parameters; the class learns its name
-    (``cls.name``) only once the name is known to be free."""
+    (``cls.name``) only once the name is known to be free. ``model``: the model (``models.registry``) whose
+    outputs it reads (PVSE's losses take its K embeddings per item)."""
 
     def decorate(cls: LossClass) -> LossClass:
-        LOSSES.add(name, cls)
+        LOSSES.add(name, cls, model=model)
         cls.name = name
         return cls
 

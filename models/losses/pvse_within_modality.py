@@ -83,7 +83,7 @@ def within_modality_contributions(
     return violating.any(dim=1).long() if negatives == "hardest" else violating.sum(dim=1)
 
 
-@register_loss("pvse_within_modality")
+@register_loss("pvse_within_modality", model="pvse")
 class PvseWithinModality(Loss[NeighborPairs]):
     """``text_weight * L_text + image_weight * L_img`` (α, β of Thomas & Kovashka Eq. 6-8) on PVSE's multiple-instance similarity.
 
@@ -108,6 +108,8 @@ class PvseWithinModality(Loss[NeighborPairs]):
     """
 
     needs: ClassVar[frozenset[str]] = frozenset(NEIGHBOR_KEYWORDS)
+    #: the output identity spells Eq. 8's weights by the paper's symbols α, β (``LossSpec.as_dict``)
+    identity_names: ClassVar[dict[str, str]] = {"text_weight": "alpha", "image_weight": "beta"}
 
     def __init__(
         self,

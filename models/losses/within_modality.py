@@ -9,6 +9,8 @@ group nor to the neighbor's group (so the neighbor item, when it is also in the 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from torch import Tensor
 
 from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
@@ -52,6 +54,8 @@ class WithinModality(Loss[NeighborPairs]):
     weighting). Each term is the mean over the neighbor pairs.
     """
 
+    #: the output identity spells Eq. 8's weights by the paper's symbols α, β (``LossSpec.as_dict``)
+    identity_names: ClassVar[dict[str, str]] = {"text_weight": "alpha", "image_weight": "beta"}
     needs = frozenset(NEIGHBOR_KEYWORDS)
 
     def __init__(

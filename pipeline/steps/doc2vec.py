@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from gensim.models.doc2vec import Doc2Vec, TaggedDocument
 
 from common.hashing import stable_string_hash
 from models.doc2vec import infer_vectors
-from pipeline.profiles import Doc2VecSettings
+
+
+@dataclass(frozen=True)
+class Doc2VecSettings:
+    """gensim Doc2Vec, distributed memory with hierarchical softmax (paper §3.3)."""
+
+    vector_size: int = 200
+    window: int = 20
+    min_count: int = 20
+    epochs: int = 20
+    dm: int = 1
+    hs: int = 1
+    negative: int = 0
+    infer_epochs: int = 20
+
 
 
 def train_doc2vec(train_tokens: Sequence[list[str]], settings: Doc2VecSettings, seed: int) -> Doc2Vec:

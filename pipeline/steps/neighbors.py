@@ -12,6 +12,20 @@ from annoy import AnnoyIndex
 
 from common.files import native_write
 
+
+@dataclass(frozen=True)
+class NeighborSettings:
+    """Annoy tables of the k nearest train neighbors (paper: k = 200, Eq. 5)."""
+
+    k: int = 200
+    #: i' is drawn from the first ``sample_k`` non-duplicate neighbors of the k-table (the authors'
+    #: released code: distance-0 entries dropped, then ``[:10]``); ``None`` draws from all k (paper text).
+    sample_k: int | None = 10
+    n_trees: int = 50
+    search_k: int = -1  # Annoy's default: n_trees * k
+    recall_queries: int = 500
+
+
 ANNOY_METRIC = "angular"  # cosine distance: Doc2Vec and CNN features are compared by direction
 
 

@@ -49,7 +49,7 @@ class ValidationScorer:
     def check(self, metric: str) -> None:
         """Refuse, before any training, a selection metric this validation split cannot compute."""
         if metric == "val_nway_r1" and self.fewest_others < self.n_way - 1:
-            # the data's size, not a bug: one line (pipeline/failures.py), as a split that is too small
+            # the data's size, not a bug: one line (pipeline/run/failures.py), as a split that is too small
             raise ManifestError(
                 f"selection by the expected {self.n_way}-way R@1 needs {self.n_way - 1} validation pairs of other "
                 f"groups per pair, but this validation split has {self.fewest_others}: lower selection_n_way, "

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from gensim.models import Word2Vec
 
-from pipeline.profiles import WordVectorSettings
 from pipeline.steps.text import UNK, stable_string_hash
+
+
+@dataclass(frozen=True)
+class WordVectorSettings:
+    """Word2Vec on the target dataset's train texts, to initialise the GRU's embeddings."""
+
+    vector_size: int = 200
+    window: int = 5
+    min_count: int = 5
+    epochs: int = 10
+    max_vocab: int = 50_000
+
 
 
 def train_word_vectors(

@@ -17,16 +17,16 @@ from models.inference import forward_batches
 from models.losses import Loss, build_loss
 from models.losses.checks import COCOS_EPS
 from models.training import PairData, batch_loss_inputs
-from pipeline.base import HashedTask
-from pipeline.io import write_json
-from pipeline.tasks.params import DatasetParams
+from pipeline.config.variant_spec import LossSpec
+from pipeline.engine.outputs import write_json
+from pipeline.engine.task import HashedTask
+from pipeline.tasks.params import PipelineTask
 from pipeline.tasks.training import (
     Train,
     VariantParams,
     load_pair_data,
     load_trained_model,
 )
-from pipeline.variant_spec import LossSpec
 
 #: batches are drawn with this seed for every variant, so variants without neighbors see the same batches
 COCOS_SEED = 0
@@ -76,7 +76,7 @@ def cocos_loss(loss: LossSpec) -> Loss:
     return build_loss(loss.name, **{key: value for key, value in loss.params.items() if key != "cocos_eps"})
 
 
-class Cocos(VariantParams, DatasetParams, HashedTask):
+class Cocos(VariantParams, PipelineTask):
     """COCOS over the training set at the best checkpoint (Bleeker & de Rijke §5), eps = 0.01."""
 
     tokenizes = True
@@ -103,7 +103,7 @@ class Cocos(VariantParams, DatasetParams, HashedTask):
                     f"variant {self.variant!r} has a loss that needs semantic neighbors but no neighbor_source"
                 )
             neighbors = inputs["neighbors"].sampling_pool(train_positions, self.settings.neighbors.sample_k)
-        model, best_epoch = load_trained_model(inputs, data)
+        model, best_epoch = load_trained_model(inputs)
         device = next(model.parameters()).device
         losses = [loss.to(device) for loss in losses]
         sampler = BatchSampler(
@@ -119,4 +119,4 @@ class Cocos(VariantParams, DatasetParams, HashedTask):
             "losses": summary,
         }
         write_json(self.work_path(work_dir, "cocos"), result)
-        return result
+        return {**result, "device": str(device)}

@@ -27,14 +27,14 @@ from data_recipes.validate import (
     reject_counts,
     validate_records,
 )
-from pipeline.base import META_FILE, HashedTask
-from pipeline.io import read_json, save_frame, write_json
+from pipeline.engine.outputs import read_json, save_frame, write_json
+from pipeline.engine.task import META_FILE, HashedTask
 from pipeline.steps.dedup import deduplicate_reusing
 from pipeline.steps.dedup_quality import dedup_precision_recall
 from pipeline.steps.lsh_store import load_dedup_index, save_dedup_index
 from pipeline.steps.splits import SPLIT_SALT, assign_splits
 from pipeline.steps.stacking import CONTENT_HASH, stack_shards
-from pipeline.tasks.params import DatasetParams
+from pipeline.tasks.params import PipelineTask
 
 #: what every dataset task writes: the manifest of the pairs it keeps (``cache_row`` into the image cache)
 MANIFEST_OUTPUT = {"manifest": "manifest.parquet"}
@@ -62,7 +62,7 @@ class PreparedTask(ManifestTask):
         return self.load("ground_truth", missing_ok=True)
 
 
-class PrepareShard(PreparedTask, DatasetParams, HashedTask):
+class PrepareShard(PreparedTask, PipelineTask):
     """One raw folder -> validated manifest (``cache_row`` into this shard's cache) + its image cache.
 
     Bad rows are rejected with a reason into ``rejects.csv`` (nothing disappears silently). The output
@@ -73,14 +73,14 @@ class PrepareShard(PreparedTask, DatasetParams, HashedTask):
     """
 
     tokenizes = True
-    shard_dir = luigi.Parameter(default="", description="raw folder of this shard (see DatasetParams)")
+    shard_dir = luigi.Parameter(default="", description="raw folder of this shard (one of the plan's data.raw_dir, data.shards)")
     outputs = {**PREPARED_OUTPUTS, "images": "images.npy"}
 
     def config(self) -> dict[str, Any]:
         return {
-            "dataset": self.dataset,
+            "dataset": self.run_plan.recipe,
             "raw_dir": str(Path(self.shard_dir).resolve()) if self.shard_dir else "",
-            "options": self.recipe_options(),
+            "options": self.run_plan.recipe_options(),
             "image_cache_size": self.settings.image_cache_size,
             # placeholders are left in the cache and decided over all shards (content_hash column)
             "placeholders": "decided_by_stacking",
@@ -88,7 +88,7 @@ class PrepareShard(PreparedTask, DatasetParams, HashedTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         recipe = build_recipe(
-            self.dataset, self.shard_dir or None, work_dir / "recipe", **self.recipe_options()
+            self.run_plan.recipe, self.shard_dir or None, work_dir / "recipe", **self.run_plan.recipe_options()
         )
         manifest = resolve_image_paths(check_manifest_columns(recipe.manifest), recipe.image_root)
         n_input = len(manifest)
@@ -125,7 +125,18 @@ class PrepareShard(PreparedTask, DatasetParams, HashedTask):
         return summary
 
 
-class PrepareDataset(PreparedTask, DatasetParams, HashedTask):
+class ShardCount:
+    """How many of the plan's raw folders a dataset task stacks: all of them, or the first few (the dataset as
+    it was before the last folder arrived, which incremental deduplication builds on)."""
+
+    shard_count = luigi.IntParameter(default=-1, description="the first N raw folders of the plan (-1: all)")
+
+    def shard_dirs(self) -> list[str]:
+        folders = self.run_plan.shard_dirs()
+        return folders if self.shard_count < 0 else folders[: self.shard_count]
+
+
+class PrepareDataset(PreparedTask, ShardCount, PipelineTask):
     """Every shard's manifest stacked in arrival order (``cache_row`` global over the shard caches listed in
     ``image_shards.json``). A pair_id already used by an earlier shard is rejected as ``duplicate_pair_id``.
     """
@@ -166,7 +177,7 @@ class PrepareDataset(PreparedTask, DatasetParams, HashedTask):
         super().run()
 
     def _enforce_budgets(self, report: dict[str, Any]) -> None:
-        budget = self.effective_reject_budget()
+        budget = self.settings.reject_budget
         # each shard on its own too: a broken new dump should not hide behind a large clean history
         for shard in report["shards"] if report["n_shards"] > 1 else []:
             try:
@@ -201,7 +212,7 @@ class PrepareDataset(PreparedTask, DatasetParams, HashedTask):
             "n_kept": len(stacked.manifest),
             "n_rejected": len(stacked.rejects),
             "rejects_by_reason": reject_counts(stacked.rejects),
-            "reject_budget": self.effective_reject_budget(),
+            "reject_budget": self.settings.reject_budget,
             "n_shards": len(shards),
             "shards": shard_reports,
             "placeholders": stacked.stats,
@@ -233,7 +244,7 @@ def load_prepared_images(prepared_dir: Path) -> np.ndarray | ShardedImageCache:
     return load_image_shards([(prepared_dir / path).resolve() for path in relative])
 
 
-class Deduplicate(ManifestTask, DatasetParams, HashedTask):
+class Deduplicate(ManifestTask, ShardCount, PipelineTask):
     """MinHash LSH over word shingles of the text; keeps one pair per duplicate cluster.
 
     With shards, this builds on the previous shards' Deduplicate: it loads their persisted LSH index and
@@ -251,8 +262,9 @@ class Deduplicate(ManifestTask, DatasetParams, HashedTask):
 
     def requires(self) -> dict[str, HashedTask]:
         required: dict[str, HashedTask] = {"prepared": self.clone(PrepareDataset)}
-        if self.shards:
-            required["previous"] = self.clone(Deduplicate, shards=list(self.shards)[:-1])
+        folders = len(self.shard_dirs())
+        if folders > 1:
+            required["previous"] = self.clone(Deduplicate, shard_count=folders - 1)
         return required
 
     def config(self) -> dict[str, Any]:
@@ -298,7 +310,7 @@ class Deduplicate(ManifestTask, DatasetParams, HashedTask):
         return {key: value for key, value in report.items() if key != "example_clusters"}
 
 
-class Split(ManifestTask, DatasetParams, HashedTask):
+class Split(ManifestTask, PipelineTask):
     """Train/val/test by a hash of pair_id (or group_id), stable when data is added; the profile's fractions
     (80/10/10 unless it says otherwise)."""
 

@@ -18,10 +18,11 @@ from data_recipes.manifest import image_ids
 from evaluation.evaluate import HEADLINE_PRESERVATION, evaluate_test_split, topics_of_pairs
 from evaluation.protocol import EVAL_SEED, FULL_EVAL, METRICS_SCHEMA
 from models.inference import embed_pairs
-from pipeline.base import HashedTask
-from pipeline.io import save_array, write_json
+from pipeline.engine.gpus import task_device
+from pipeline.engine.outputs import save_array, write_json
+from pipeline.engine.task import HashedTask
 from pipeline.tasks.data import PrepareDataset, Split
-from pipeline.tasks.params import DatasetParams
+from pipeline.tasks.params import PipelineTask
 from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.training import (
     Train,
@@ -32,7 +33,7 @@ from pipeline.tasks.training import (
 )
 
 
-class Evaluate(VariantParams, DatasetParams, HashedTask):
+class Evaluate(VariantParams, PipelineTask):
     """Encodes the test split with one trained (variant, seed) and writes ``metrics.json``, the test
     embeddings, the per-item arrays the report bootstraps and the calibration curves."""
 
@@ -72,9 +73,10 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
         inputs = self.requires()
         t = self.train_settings()
         data, manifest = load_pair_data(inputs, t.max_text_tokens)
-        model, best_epoch = load_trained_model(inputs, data)
+        model, best_epoch = load_trained_model(inputs)
+        device = task_device()
         test_rows = np.flatnonzero((manifest["split"] == "test").to_numpy())
-        embedded = embed_pairs(model, next(model.parameters()).device, data, test_rows, t.image_size)
+        embedded = embed_pairs(model, device, data, test_rows, t.image_size)
         image, text = embedded["image"], embedded["text"]
         doc_vectors = inputs["doc2vec"].load("doc_vectors")[test_rows]
         test_manifest = manifest.iloc[test_rows]
@@ -108,4 +110,4 @@ class Evaluate(VariantParams, DatasetParams, HashedTask):
         with open(self.work_path(work_dir, "curves"), "wb") as handle:
             np.savez_compressed(handle, **curves)
         write_json(self.work_path(work_dir, "metrics"), metrics)
-        return metrics
+        return {**metrics, "device": str(device)}

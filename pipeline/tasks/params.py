@@ -1,120 +1,192 @@
-"""Parameters shared by tasks (passed down with ``Task.clone``): the dataset's, by every task that depends on
-the dataset, and the grid's (variants, seeds, overrides), by the Report and FullRun."""
+"""What every task of the pipeline carries: the id of its run plan, and what identifies it within the run.
+
+A task started from the command line (``luigi --module pipeline FullRun ...``, or any task alone) has no plan
+yet: it resolves one from its flags (:func:`pipeline.config.plan.resolve_plan`), checks it and writes it into
+the run root before anything runs, and hands its id to every task it requires (:meth:`PlanParams.clone`). A
+required task reads its settings from that plan (``self.run_plan``), never from the flags: the flags are
+only the command line's spelling of changes (:func:`pipeline.config.plan.flag_changes`).
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import luigi
 from luigi.freezing import recursively_unfreeze
 
-from data_recipes import CAPTION_GROUP_RECIPES
-from pipeline.profiles import TrainSettings
-from pipeline.run_settings import resolved_variant
-from pipeline.variant_spec import Variant
-from pipeline.variants import VARIANTS, paper_grid
+from common.tokenizer import TOKENIZER_VERSION
+from models.settings import TrainSettings
+from pipeline.config.checks import RunConfigurationError, exit_or_raise
+from pipeline.config.plan import RunPlan, flag_changes, load_plan, publish, resolve_plan, write_plan
+from pipeline.config.profiles import Profile
+from pipeline.config.variant_spec import Variant
+from pipeline.engine.task import HashedTask
 
 
-class DatasetParams:
-    dataset = luigi.Parameter(default="embedded", description="recipe name (data_recipes/)")
-    raw_dir = luigi.Parameter(
-        default="", description="folder with the raw dataset files (unused by embedded)"
+class SettingChangesParameter(luigi.Parameter):
+    """``--set path=value``, repeatable on the command line (``pipeline.config.changes`` says what a path
+    reaches): a tuple of ``path=value`` strings, in the order given (a later change of one path wins)."""
+
+    @classmethod
+    def _parser_kwargs(cls, param_name: str, task_name: str | None = None) -> dict[str, Any]:
+        return {**super()._parser_kwargs(param_name, task_name), "action": "append"}
+
+    def parse(self, x: Any) -> tuple[str, ...]:
+        if isinstance(x, str):  # luigi.cfg: one change, or a JSON list of them
+            x = json.loads(x) if x.strip().startswith("[") else [x]
+        return tuple(str(change) for change in x)
+
+    def normalize(self, x: Any) -> tuple[str, ...]:
+        return self.parse(x)
+
+    def serialize(self, x: Any) -> str:
+        return json.dumps(list(x))
+
+
+#: the command line's flags: read only by a task that starts a run, never passed to the tasks it requires
+FLAGS = (
+    "profile",
+    "set",
+    "dataset",
+    "raw_dir",
+    "shards",
+    "dataset_options",
+    "data_seed",
+    "reject_budget",
+    "seeds",
+    "protocol",
+    "variants",
+    "variant_overrides",
+)
+
+
+class PlanParams:
+    """The plan's id, and the flags a run started from this task resolves its plan from."""
+
+    plan = luigi.Parameter(
+        default="", description="the run plan's id (<run_root>/RunPlan/<id>/run_plan.json): given by the task a run starts from"
     )
+    profile = luigi.Parameter(default="demo", description="smoke | demo | paper (pipeline/config/profiles.py)")
+    set = SettingChangesParameter(
+        default=(),
+        description="change a setting: --set path=value (repeatable), e.g. --set neighbors.k=50 "
+        "--set variants.*.train.learning_rate=3e-4 (docs/usage.md lists the paths)",
+    )
+    dataset = luigi.OptionalParameter(default=None, description="recipe name (data_recipes/): --set data.recipe=...")
+    raw_dir = luigi.Parameter(default="", description="folder with the raw dataset files: --set data.raw_dir=...")
     shards = luigi.ListParameter(
         default=[],
         description="raw folders added later (a new dump, a new month), in arrival order: each is read, "
-        "validated and cached once and deduplicated against everything before it",
+        "validated and cached once and deduplicated against everything before it (--set data.shards=[...])",
     )
-    dataset_options = luigi.DictParameter(default={}, description='recipe options, e.g. {"n_pairs": 2000}')
-    data_seed = luigi.IntParameter(default=0, description="seed of data generation, Doc2Vec, Annoy, features")
+    dataset_options = luigi.DictParameter(default={}, description='recipe options, e.g. {"n_pairs": 2000}: --set data.options.<name>=...')
+    data_seed = luigi.OptionalIntParameter(default=None, description="seed of data generation, Doc2Vec, Annoy, features: --set data.seed=...")
     reject_budget = luigi.OptionalFloatParameter(
-        default=None, description="largest share of input pairs that may be rejected (default: the profile's)"
+        default=None, description="largest share of input pairs that may be rejected: --set data.reject_budget=..."
+    )
+    seeds = luigi.ListParameter(default=[], description="training seeds of every variant: --set seeds=[...]")
+    protocol = luigi.Parameter(default="", description="shared | tuned | both: --set tuning.protocol=...")
+    variants = luigi.ListParameter(
+        default=[], description="variants to compare (default: the paper's grid for the dataset, pipeline/config/variants.py)"
+    )
+    variant_overrides = luigi.DictParameter(
+        default={}, description='per-variant changes: {"ours": {"within_modality": {"text_weight": 0.5}}}: --set variants.<name>...'
     )
 
-    def shard_dirs(self) -> list[str]:
-        """Every raw folder of the dataset, first ``raw_dir`` then ``shards`` in arrival order."""
-        if self.shards and self.dataset == "embedded":
-            raise ValueError(
-                "shards need a recipe that reads raw files; the embedded dataset is generated (change its "
-                "dataset_options instead)"
-            )
-        return [self.raw_dir, *self.shards]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.plan:
+            # started from the command line (or from code): resolve, check and write the plan before any work;
+            # a wrong value is one line and exit 2 on the command line
+            try:
+                self._started_plan = publish(self.resolve_from_flags(), self.run_root)
+            except RunConfigurationError as error:
+                exit_or_raise(error)
 
-    def effective_reject_budget(self) -> float:
-        return self.settings.reject_budget if self.reject_budget is None else float(self.reject_budget)
+    def resolve_from_flags(self) -> RunPlan:
+        grid = [str(v) for v in self.variants]
+        extra = [self.variant] if isinstance(getattr(self, "variant", None), str) else []
+        return resolve_plan(self.profile, self.flag_changes(), grid or self.default_grid(), extra)
 
-    def recipe_options(self) -> dict[str, Any]:
-        options = dict(self.settings.dataset_options) if self.dataset == "embedded" else {}
-        options.update(self.settings.recipe_option_changes)
-        options.update(recursively_unfreeze(self.dataset_options))
-        if self.dataset == "embedded":
-            options.setdefault("seed", self.data_seed)
-        return options
+    def flag_changes(self) -> list[str]:
+        """``--set`` changes, then the other flags' (a flag wins over a ``--set`` of the same setting)."""
+        try:
+            seeds = [int(seed) for seed in self.seeds]
+        except (TypeError, ValueError):
+            raise RunConfigurationError(f"--seeds {list(self.seeds)}: give integers, e.g. --seeds '[0,1,2]'") from None
+        return [
+            *self.set,
+            *flag_changes(
+                dataset=self.dataset,
+                raw_dir=self.raw_dir,
+                shards=list(self.shards),
+                dataset_options=recursively_unfreeze(self.dataset_options),
+                data_seed=self.data_seed,
+                reject_budget=self.reject_budget,
+                seeds=seeds,
+                protocol=self.protocol,
+                variant_overrides=recursively_unfreeze(self.variant_overrides),
+            ),
+        ]
+
+    def default_grid(self) -> list[str]:
+        """The variants a run started from this task compares when ``--variants`` names none: its own variant
+        for a task of one variant, else the paper's grid (empty)."""
+        variant = getattr(self, "variant", None)
+        return [variant] if isinstance(variant, str) else []
+
+    @property
+    def plan_id(self) -> str:
+        return self.plan or self._started_plan
+
+    @property
+    def run_plan(self) -> RunPlan:
+        """The run's plan (read once per process from the run root when this process did not make it)."""
+        return load_plan(self.run_root, self.plan_id)
+
+    @property
+    def settings(self) -> Profile:
+        """The run's settings: the profile with every change of the run."""
+        return self.run_plan.settings
+
+    def clone(self, cls: type | None = None, **kwargs: Any) -> Any:
+        """A task of this run: the plan's id and the parameters that identify it, never the flags."""
+        cls = cls or self.__class__
+        given = {"plan": self.plan_id, **kwargs}
+        for name, _ in cls.get_params():
+            if name not in given and name not in FLAGS and hasattr(self, name):
+                given[name] = getattr(self, name)
+        return cls(**given)
+
+
+class PipelineTask(PlanParams, HashedTask):
+    """A hashed task of this pipeline: it reads the run plan; ``tokenizes``: it reads texts through
+    ``common.tokenizer``, whose version is then part of its output hash (a run root never reuses an output made
+    with other tokens)."""
+
+    tokenizes = False
+
+    def identity_extras(self) -> dict[str, Any]:
+        return {"tokenizer": TOKENIZER_VERSION} if self.tokenizes else {}
+
+    def run(self) -> Any:
+        # the run's plan is in the run root before any task of it does its work (the first one writes it)
+        write_plan(self.run_root, self.plan_id)
+        return super().run()
 
 
 class VariantChoice:
-    """A method variant with the user's changes to it (a Train, Evaluate, Tune ... of that variant)."""
+    """A method variant of the run plan, with a task's own ``point`` on top (a tuning trial's settings)."""
 
-    variant = luigi.Parameter(default="ours", description="method variant (pipeline/variants.py)")
-    variant_overrides = luigi.DictParameter(
-        default={}, description='loss parameter changes, e.g. {"within_modality": {"alpha": 0.5}}'
+    variant = luigi.Parameter(default="ours", description="method variant (pipeline/config/variants.py)")
+    point = luigi.DictParameter(
+        default={}, description='a tuning trial\'s changes to the variant, e.g. {"train": {"learning_rate": 0.001}}'
     )
 
     def variant_spec(self) -> Variant:
-        """The variant with the run's changes to it (``--set variants...``) and this task's own on top."""
-        return resolved_variant(self.settings, self.variant, recursively_unfreeze(self.variant_overrides))
+        return self.run_plan.variant(self.variant, recursively_unfreeze(self.point))
 
     def train_settings(self) -> TrainSettings:
-        """The profile's training settings with this variant's ``train`` overrides applied."""
-        return self.variant_spec().train_settings(self.settings.train)
-
-
-class GridParams:
-    variants = luigi.ListParameter(
-        default=[],
-        description="variants to train and compare (default: the paper's grid for the dataset, see "
-        "pipeline.variants.paper_grid)",
-    )
-    seeds = luigi.ListParameter(
-        default=[],
-        description="training seeds of every variant (default: the profile's, which gives the headline's "
-        "baseline and method several seeds)",
-    )
-    variant_overrides = luigi.DictParameter(
-        default={}, description='per-variant loss changes: {"ours": {"within_modality": {"alpha": 0.5}}}'
-    )
-    protocol = luigi.Parameter(
-        default="",
-        description="shared (every variant at the profile's settings), tuned (each variant with a search space "
-        "at the settings it chose on validation, the same trial budget for all) or both; default: the profile's",
-    )
-
-    def protocols(self) -> tuple[str, ...]:
-        chosen = self.protocol or self.settings.tuning.protocol
-        return ("shared", "tuned") if chosen == "both" else (chosen,)
-
-    def tuned_variants(self) -> list[str]:
-        """The variants with a search space, when the tuned protocol runs."""
-        if "tuned" not in self.protocols():
-            return []
-        return [name for name in self.variant_names() if VARIANTS[name].search_space is not None]
-
-    def shared_variants(self) -> list[str]:
-        """Every variant when the shared protocol runs, else the ones not tuned (they have one setting)."""
-        if "shared" in self.protocols():
-            return self.variant_names()
-        return [name for name in self.variant_names() if name not in self.tuned_variants()]
-
-    def seeds_for(self, variant: str) -> list[int]:
-        """``--seeds`` when given, else the profile's seeds for ``variant``."""
-        return [int(s) for s in self.seeds] or list(self.settings.seeds_for(variant))
-
-    def seed_plan(self) -> dict[str, list[int]]:
-        return {variant: self.seeds_for(variant) for variant in self.variant_names()}
-
-    def overrides_for(self, variant: str) -> dict[str, Any]:
-        return recursively_unfreeze(self.variant_overrides).get(variant, {})
-
-    def variant_names(self) -> list[str]:
-        """``variants``, or Tables 1 and 4 (plus Table 2 for a dataset with several captions per image)."""
-        return list(self.variants) or list(paper_grid(self.dataset in CAPTION_GROUP_RECIPES))
+        """The run's training settings with this variant's (and this point's) changes applied."""
+        return self.run_plan.train_settings(self.variant, recursively_unfreeze(self.point))

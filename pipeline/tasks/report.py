@@ -26,13 +26,13 @@ from evaluation.report import (
     compare_qualitatively,
     qualitative_inputs,
 )
-from pipeline.base import HashedTask
-from pipeline.io import library_versions, save_text, write_json
-from pipeline.plan import plan_identity, plan_summary, resolved_plan
+from pipeline.engine.outputs import library_versions, save_text, write_json
+from pipeline.engine.task import HashedTask
+from pipeline.run.status import plan_summary
 from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import DatasetParams, GridParams
+from pipeline.tasks.params import PipelineTask
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.search_index import SearchIndex
 from pipeline.tasks.training import Train
@@ -92,7 +92,7 @@ def task_row(task: HashedTask) -> dict[str, Any]:
     return {"task": label, "signature": meta["signature"], "wall_time_s": meta["wall_time_s"]}
 
 
-class Report(GridParams, DatasetParams, HashedTask):
+class Report(PipelineTask):
     """Reads every evaluation, COCOS result and data report of the grid and writes the report as Markdown,
     HTML and JSON (the content is assembled by ``evaluation.report``)."""
 
@@ -104,14 +104,24 @@ class Report(GridParams, DatasetParams, HashedTask):
         "run_plan": "run_plan.json",
     }
 
-    def complete(self) -> bool:
-        # a report written before the run index or the run plan existed is rebuilt in place (same path; only
-        # the Report runs)
-        return (
-            super().complete()
-            and self.output_path("run_index").exists()
-            and self.output_path("run_plan").exists()
-        )
+    # ------------------------------------------------------------------ the grid (the plan's)
+    def variant_names(self) -> list[str]:
+        return list(self.run_plan.grid)
+
+    def seeds_for(self, variant: str) -> list[int]:
+        return list(self.run_plan.seeds_for(variant))
+
+    def seed_plan(self) -> dict[str, list[int]]:
+        return {variant: self.seeds_for(variant) for variant in self.variant_names()}
+
+    def protocols(self) -> tuple[str, ...]:
+        return self.run_plan.protocols()
+
+    def tuned_variants(self) -> list[str]:
+        return self.run_plan.tuned_variants()
+
+    def shared_variants(self) -> list[str]:
+        return self.run_plan.shared_variants()
 
     def run_index(self, req: dict[str, Any]) -> list[dict[str, Any]]:
         """Which output folders hold each run of this report (``req``: its requirements): variant, seed,
@@ -127,7 +137,7 @@ class Report(GridParams, DatasetParams, HashedTask):
                 "label": e.variant_spec().label,
                 "seed": int(e.seed),
                 "protocol": protocol,
-                "variant_overrides": recursively_unfreeze(e.variant_overrides),
+                "point": recursively_unfreeze(e.point),
                 "train": f"{Train.__name__}/{e.clone(Train).signature()}",
                 "evaluate": f"{Evaluate.__name__}/{e.signature()}",
             }
@@ -137,9 +147,7 @@ class Report(GridParams, DatasetParams, HashedTask):
     def evaluations(self) -> list[Evaluate]:
         """The shared protocol's evaluations (every variant at the profile's settings)."""
         return [
-            self.clone(
-                Evaluate, variant=variant, seed=int(seed), variant_overrides=self.overrides_for(variant)
-            )
+            self.clone(Evaluate, variant=variant, seed=int(seed))
             for variant in self.shared_variants()
             for seed in self.seeds_for(variant)
         ]
@@ -147,14 +155,14 @@ class Report(GridParams, DatasetParams, HashedTask):
     def tuned_runs(self) -> list[TunedRuns]:
         """The tuned protocol's runs: each variant with a search space at the settings it chose."""
         return [
-            self.clone(TunedRuns, variant=variant, seeds=self.seeds_for(variant), variant_overrides=self.overrides_for(variant))
+            self.clone(TunedRuns, variant=variant)
             for variant in self.tuned_variants()
         ]
 
     def per_run(self, task_class: type[HashedTask]) -> list[HashedTask]:
         """``task_class`` (Train, Cocos) of every evaluated (variant, seed), in the order of evaluations()."""
         return [
-            self.clone(task_class, variant=e.variant, seed=e.seed, variant_overrides=e.variant_overrides)
+            self.clone(task_class, variant=e.variant, seed=e.seed, point=e.point)
             for e in self.evaluations()
         ]
 
@@ -163,12 +171,7 @@ class Report(GridParams, DatasetParams, HashedTask):
         leaves the headline method out)."""
         names = self.variant_names()
         variant = HEADLINE_METHOD if HEADLINE_METHOD in names else names[0]
-        return self.clone(
-            SearchIndex,
-            variant=variant,
-            seed=min(self.seeds_for(variant)),
-            variant_overrides=self.overrides_for(variant),
-        )
+        return self.clone(SearchIndex, variant=variant, seed=min(self.seeds_for(variant)))
 
     def requires(self) -> dict[str, Any]:
         return {
@@ -199,7 +202,7 @@ class Report(GridParams, DatasetParams, HashedTask):
             },
             # every resolved setting and variant of the run (labels too): two runs whose reports could differ
             # never share a report folder, whatever their inputs' hashes leave out
-            "plan": plan_identity(resolved_plan(self)),
+            "plan": report_identity(self.run_plan.summary()),
         }
 
     def qualitative(self, work_dir: Path) -> Qualitative | None:
@@ -258,7 +261,7 @@ class Report(GridParams, DatasetParams, HashedTask):
         every = {task.task_id: task for task in [*all_upstream(self), *dynamic] if task is not self}
         tasks = [task_row(task) for task in every.values()]
         inputs = ReportInputs(
-            title=f"Crossmodal neighborhoods — {self.dataset} ({self.profile})",
+            title=f"Crossmodal neighborhoods — {self.run_plan.recipe} ({self.run_plan.profile})",
             runs=runs,
             dataset=req["prepared"].load("report"),
             dedup=req["dedup"].load("report"),
@@ -267,14 +270,14 @@ class Report(GridParams, DatasetParams, HashedTask):
             neighbor_tables={t.space: t.load("summary") for t in req["neighbors"]},
             tasks=tasks,
             run_info={
-                "dataset": self.dataset,
-                "profile": self.profile,
+                "dataset": self.run_plan.recipe,
+                "profile": self.run_plan.profile,
                 "seeds": self.seed_plan(),
-                "data_seed": self.data_seed,
+                "data_seed": self.run_plan.data_seed,
                 "variants": self.variant_names(),
                 "protocols": list(self.protocols()),
                 "tuned_variants": self.tuned_variants(),
-                "variant_overrides": recursively_unfreeze(self.variant_overrides),
+                "changes": list(self.run_plan.changes),
                 "device": runs[0].training.get("device", "cpu") if runs else "cpu",
                 "total_task_wall_time_s": round(sum(t["wall_time_s"] for t in tasks), 1),
                 **{f"version.{k}": v for k, v in library_versions().items()},
@@ -289,7 +292,7 @@ class Report(GridParams, DatasetParams, HashedTask):
             selections=selections,
         )
         document, payload = build_report(inputs, work_dir)
-        plan = {**resolved_plan(self), "report": self.signature()}
+        plan = {**self.run_plan.summary(), "plan": self.plan_id, "report": self.signature()}
         kept = [
             {"task": f"{task.get_task_family()}/{task.signature()}", "reason": reason}
             for task in every.values()
@@ -305,6 +308,18 @@ class Report(GridParams, DatasetParams, HashedTask):
         write_json(self.work_path(work_dir, "run_index"), {"report": self.signature(), "runs": self.run_index(req)})
         write_json(self.work_path(work_dir, "run_plan"), plan)
         return {"variants": self.variant_names(), "seeds": self.seed_plan()}
+
+
+def report_identity(summary: dict[str, Any]) -> dict[str, Any]:
+    """What of a run plan a Report hashes: every resolved setting and variant (labels included), not how the
+    changes were spelled, not the dataset's identity twice (it is under ``dataset``) nor the speed-only training
+    settings."""
+    from models.settings import OPERATIONAL_FIELDS
+
+    settings = {key: value for key, value in summary["settings"].items() if key != "variants"}
+    settings["data"] = {k: v for k, v in settings["data"].items() if k not in ("recipe", "raw_dir", "shards", "seed")}
+    settings["train"] = {k: v for k, v in settings["train"].items() if k not in OPERATIONAL_FIELDS}
+    return {**{key: value for key, value in summary.items() if key not in ("changes", "settings")}, "settings": settings}
 
 
 def plan_section(document: Document, plan: dict[str, Any]) -> None:

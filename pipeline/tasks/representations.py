@@ -10,9 +10,10 @@ from typing import Any
 import luigi
 import numpy as np
 
-from pipeline.base import HashedTask
-from pipeline.io import save_array, save_array_blocks, save_frame, write_json
-from pipeline.profiles import TrainSettings
+from models.settings import TrainSettings
+from pipeline.engine.gpus import task_device
+from pipeline.engine.outputs import save_array, save_array_blocks, save_frame, write_json
+from pipeline.engine.task import HashedTask
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec
 from pipeline.steps.features import trunk_feature_batches
 from pipeline.steps.neighbors import (
@@ -24,10 +25,10 @@ from pipeline.steps.neighbors import (
 from pipeline.steps.text import tokenize, vocabulary_coverage
 from pipeline.steps.word_vectors import train_word_vectors
 from pipeline.tasks.data import PrepareDataset, Split
-from pipeline.tasks.params import DatasetParams
+from pipeline.tasks.params import PipelineTask
 
 
-class TrainDoc2Vec(DatasetParams, HashedTask):
+class TrainDoc2Vec(PipelineTask):
     """gensim Doc2Vec on train texts; a vector for every pair (trained for train, inferred otherwise)."""
 
     tokenizes = True
@@ -37,7 +38,7 @@ class TrainDoc2Vec(DatasetParams, HashedTask):
         return self.clone(Split)
 
     def config(self) -> dict[str, Any]:
-        return {"doc2vec": self.settings.section("doc2vec"), "seed": self.data_seed}
+        return {"doc2vec": self.settings.section("doc2vec"), "seed": self.run_plan.data_seed}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         manifest = self.requires().manifest()
@@ -46,7 +47,7 @@ class TrainDoc2Vec(DatasetParams, HashedTask):
         train_tokens = [t for t, train in zip(tokens, is_train, strict=True) if train]
         other_tokens = [t for t, train in zip(tokens, is_train, strict=True) if not train]
         settings = self.settings.doc2vec
-        model = train_doc2vec(train_tokens, settings, self.data_seed)
+        model = train_doc2vec(train_tokens, settings, self.run_plan.data_seed)
         train_vectors, other_vectors = document_vectors(
             model, train_tokens, other_tokens, settings.infer_epochs
         )
@@ -58,7 +59,7 @@ class TrainDoc2Vec(DatasetParams, HashedTask):
         return {"n_documents": len(vectors), "n_train": int(is_train.sum()), "vocab_size": len(model.wv)}
 
 
-class TrainWordVectors(DatasetParams, HashedTask):
+class TrainWordVectors(PipelineTask):
     """200-d word vectors on train texts (vocabulary from train only) to initialise the GRU."""
 
     tokenizes = True
@@ -68,7 +69,7 @@ class TrainWordVectors(DatasetParams, HashedTask):
         return self.clone(Split)
 
     def config(self) -> dict[str, Any]:
-        return {"word_vectors": self.settings.section("word_vectors"), "seed": self.data_seed}
+        return {"word_vectors": self.settings.section("word_vectors"), "seed": self.run_plan.data_seed}
 
     def vocabulary(self) -> tuple[dict[str, int], np.ndarray]:
         """Token -> row of the word-vector matrix, and the matrix (rows 0 and 1: padding and unknown)."""
@@ -79,7 +80,7 @@ class TrainWordVectors(DatasetParams, HashedTask):
         tokens = [tokenize(t) for t in manifest["text"]]
         split = manifest["split"].to_numpy()
         vocab, matrix = train_word_vectors(
-            [t for t, s in zip(tokens, split, strict=True) if s == "train"], self.settings.word_vectors, self.data_seed
+            [t for t, s in zip(tokens, split, strict=True) if s == "train"], self.settings.word_vectors, self.run_plan.data_seed
         )
         # how well the train vocabulary covers each split: a user sees at once when it does not fit the data
         coverage = {
@@ -92,7 +93,7 @@ class TrainWordVectors(DatasetParams, HashedTask):
         return {"vocab_size": len(vocab) + 2, "dim": int(matrix.shape[1]), "coverage": coverage}
 
 
-class TrunkFeatures(DatasetParams, HashedTask):
+class TrunkFeatures(PipelineTask):
     """Image-trunk features of every cached image, computed once per dataset x backbone x resolution and
     reused by every variant and seed that trains on a frozen trunk and by the image-neighbor table.
     ``spatial`` keeps the map before pooling (PVSE attends over its cells); otherwise the pooled vector.
@@ -103,6 +104,7 @@ class TrunkFeatures(DatasetParams, HashedTask):
     image_size = luigi.IntParameter(description="side in pixels the cached images are resized to")
     spatial = luigi.BoolParameter(default=False, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
     outputs = {"features": "features.npy"}
+    runs_network = True
 
     def features(self) -> np.ndarray:
         """One row per image-cache row, memory-mapped: pooled ``[R, C]`` or the map ``[R, C, h, w]``."""
@@ -117,17 +119,19 @@ class TrunkFeatures(DatasetParams, HashedTask):
             "pretrained": self.pretrained,
             "image_size": self.image_size,
             "spatial": self.spatial,
-            "seed": self.data_seed,
+            "seed": self.run_plan.data_seed,
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         images = self.requires().images()
+        device = task_device()
         batches, loaded = trunk_feature_batches(
-            images, self.backbone, self.pretrained, self.image_size, self.spatial, self.data_seed
+            images, self.backbone, self.pretrained, self.image_size, self.spatial, self.run_plan.data_seed,
+            device=str(device),
         )
         # batch by batch to disk: at 1M images the pooled features alone are 5 GB
         shape, dtype = save_array_blocks(self.work_path(work_dir, "features"), len(images), batches)
-        return {"shape": list(shape), "dtype": str(dtype), "imagenet_weights_loaded": loaded}
+        return {"shape": list(shape), "dtype": str(dtype), "imagenet_weights_loaded": loaded, "device": str(device)}
 
 
 def trunk_features_task(task: HashedTask, settings: TrainSettings, spatial: bool) -> TrunkFeatures:
@@ -141,7 +145,7 @@ def trunk_features_task(task: HashedTask, settings: TrainSettings, spatial: bool
     )
 
 
-class NeighborTables(DatasetParams, HashedTask):
+class NeighborTables(PipelineTask):
     """k nearest train neighbors of every train pair (itself excluded) with Annoy, in Doc2Vec space
     (``space=text``) or initial CNN-feature space (``space=image``); recall@k against exact search.
     """
@@ -171,7 +175,7 @@ class NeighborTables(DatasetParams, HashedTask):
         return {"split": self.clone(Split), "vectors": source, "prepared": self.clone(PrepareDataset)}
 
     def config(self) -> dict[str, Any]:
-        return {"space": self.space, "neighbors": self.settings.section("neighbors"), "seed": self.data_seed}
+        return {"space": self.space, "neighbors": self.settings.section("neighbors"), "seed": self.run_plan.data_seed}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = self.requires()
@@ -189,10 +193,10 @@ class NeighborTables(DatasetParams, HashedTask):
             settings.k,
             settings.n_trees,
             settings.search_k,
-            self.data_seed,
+            self.run_plan.data_seed,
             save_to=self.work_path(work_dir, "index"),
         )
-        recall = recall_against_exact(vectors, table.neighbors, settings.recall_queries, self.data_seed)
+        recall = recall_against_exact(vectors, table.neighbors, settings.recall_queries, self.run_plan.data_seed)
         save_array(self.work_path(work_dir, "neighbors"), table.neighbors)
         save_array(self.work_path(work_dir, "distances"), table.distances)
         save_array(self.work_path(work_dir, "train_rows"), train_rows)

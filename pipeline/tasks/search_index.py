@@ -15,19 +15,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.base import HashedTask
+from pipeline.engine.gpus import task_device
+from pipeline.engine.task import HashedTask
 from pipeline.tasks.data import PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import DatasetParams
+from pipeline.tasks.params import PipelineTask
 from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.training import Train, VariantParams
-from serving.bundle import BUNDLE_FORMAT_VERSION, BundleParts, export_bundle, load_bundle
+from serving.bundle import BUNDLE_FORMAT_VERSION, export_bundle, load_bundle
 from serving.embed import Embedder
 from serving.gallery import validated_batch
 from serving.index import INDEX_FORMAT_VERSION, GalleryIndex, embed_into
+from serving.runs import bundle_parts
 
 
-class SearchIndex(VariantParams, DatasetParams, HashedTask):
+class SearchIndex(VariantParams, PipelineTask):
     """A bundle of one (variant, seed) and a search index of the test split made with it."""
 
     tokenizes = True
@@ -57,29 +59,9 @@ class SearchIndex(VariantParams, DatasetParams, HashedTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = self.requires()
-        spec = self.variant_spec()
-        parts = BundleParts(
-            variant=self.variant,
-            label=spec.label,
-            spec=spec.as_dict(),
-            train=self.train_settings(),
-            checkpoint=inputs["train"].output_path("checkpoint"),
-            vocab=inputs["words"].load("vocab"),
-            # TrunkFeatures builds the frozen trunk under the data seed
-            trunk_seed=self.data_seed,
-            image_cache_size=self.settings.image_cache_size,
-            metrics=inputs["evaluate"].load("metrics"),
-            doc2vec=inputs["doc2vec"].output_path("model"),
-            doc2vec_infer_epochs=self.settings.doc2vec.infer_epochs,
-            source={
-                "seed": self.seed,
-                "profile": self.profile,
-                "dataset": self.dataset,
-                "train": inputs["train"].signature(),
-            },
-        )
+        # the bundle as `crossmodal export` makes it: from the Train's and the Evaluate's folders
         bundle_dir = self.work_path(work_dir, "bundle")
-        export_bundle(parts, bundle_dir)
+        export_bundle(bundle_parts(inputs["train"].output_dir(), inputs["evaluate"].output_dir()), bundle_dir)
         bundle = load_bundle(bundle_dir)
         manifest = inputs["split"].manifest()
         test = manifest[manifest["split"] == "test"]
@@ -93,11 +75,13 @@ class SearchIndex(VariantParams, DatasetParams, HashedTask):
         )
         pixels = np.asarray(inputs["prepared"].images()[test["cache_row"].to_numpy()])
         index = GalleryIndex.create(self.work_path(work_dir, "index"), bundle)
-        entry = embed_into(index, Embedder(bundle), validated_batch(items, pixels), "the test split")
+        device = task_device()
+        entry = embed_into(index, Embedder(bundle, device), validated_batch(items, pixels), "the test split")
         return {
             "variant": self.variant,
             "seed": self.seed,
             "items": entry["added"],
             "bundle_id": bundle.bundle_id,
             "search": {m: index.meta["search"][m]["backend"] for m in ("image", "text")},
+            "device": str(device),
         }

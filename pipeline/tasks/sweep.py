@@ -18,17 +18,16 @@ import luigi
 from evaluation.document import Document
 from evaluation.plots import plot_against_setting
 from evaluation.report.headline import headline_comparison
-from pipeline.base import HashedTask
-from pipeline.io import save_text, write_json
-from pipeline.run_settings import read_value, sweep_values
+from pipeline.config.changes import read_value, sweep_values
+from pipeline.config.plan import publish, with_change
+from pipeline.engine.outputs import save_text, write_json
 from pipeline.tasks.data import Split
-from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import DatasetParams, GridParams
+from pipeline.tasks.params import PipelineTask
 from pipeline.tasks.report import HEADLINE_METHOD, Report, load_run
 from pipeline.tasks.training import Train
 
 
-class Sweep(GridParams, DatasetParams, HashedTask):
+class Sweep(PipelineTask):
     """One Report per value of ``sweep`` (with the run's other ``--set`` changes) and the sweep section."""
 
     sweep = luigi.Parameter(description="path=v1,v2,...: the setting and its values (the first is the reference)")
@@ -38,8 +37,11 @@ class Sweep(GridParams, DatasetParams, HashedTask):
         return sweep_values(self.sweep)
 
     def reports(self) -> list[Report]:
-        path, values = self.path_and_values()
-        return [self.clone(Report, set=(*self.set, f"{path}={value}")) for value in values]
+        """One Report per value, each under the run's plan with that one change more (FullRun wrote them)."""
+        if not hasattr(self, "_value_plans"):
+            path, values = self.path_and_values()
+            self._value_plans = [publish(with_change(self.run_plan, f"{path}={value}"), self.run_root) for value in values]
+        return [self.clone(Report, plan=plan) for plan in self._value_plans]
 
     def requires(self) -> dict[str, list[Report]]:
         return {"reports": self.reports()}
@@ -51,7 +53,7 @@ class Sweep(GridParams, DatasetParams, HashedTask):
     def searched_by_tuning(self, report: Report, method: str) -> bool:
         """Whether the swept setting is one of the method's tuning knobs (its trials would overwrite it)."""
         path, _ = self.path_and_values()
-        spec = report.clone(Evaluate, variant=method).variant_spec()
+        spec = report.run_plan.variant(method)
         knobs = spec.search_space.paths() if spec.search_space else []
         setting = path.split(".", 2)[2] if path.startswith("variants.") else path
         return setting in knobs

@@ -23,28 +23,27 @@ from evaluation.plots import plot_tradeoff
 from evaluation.report.headline import headline_comparison
 from evaluation.report.inputs import VariantRun
 from models.settings import significant_settings
-from pipeline.base import HashedTask
-from pipeline.io import save_text, write_json
+from pipeline.config.variant_spec import merge_overrides
+from pipeline.engine.outputs import save_text, write_json
+from pipeline.engine.task import HashedTask
 from pipeline.tasks.data import Split
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import DatasetParams, VariantChoice
+from pipeline.tasks.params import PipelineTask, VariantChoice
 from pipeline.tasks.report import load_run
 from pipeline.tasks.training import Train
 from pipeline.tasks.tuning import Tune, final_run
-from pipeline.variant_spec import merge_overrides
 
 #: 0 = the cross-modal loss alone on the same batches; 1 = the paper's α, β
 DEFAULT_SCALES = (0.0, 0.5, 1.0, 2.0, 4.0)
 SETTINGS_FROM = ("tuned", "shared")
 
 
-class WithinModalityTradeoff(VariantChoice, DatasetParams, HashedTask):
+class WithinModalityTradeoff(VariantChoice, PipelineTask):
     """``variant`` (one with a ``within_modality`` loss) at each weight scale and seed, evaluated on test;
     writes ``tradeoff.json``, ``tradeoff.md`` and ``tradeoff.png``."""
 
     variant = luigi.Parameter(default="ours", description="a variant with a within_modality loss")
     scales = luigi.ListParameter(default=list(DEFAULT_SCALES), description="within-modality weight scales")
-    seeds = luigi.ListParameter(default=[], description="training seeds (default: the profile's for the variant)")
     settings_from = luigi.Parameter(
         default="tuned",
         description="the other settings: 'tuned' (the variant's Tune choice, its scale replaced) or 'shared'",
@@ -61,7 +60,8 @@ class WithinModalityTradeoff(VariantChoice, DatasetParams, HashedTask):
             raise ValueError("the scales must include 0 (the comparison point of every interval)")
 
     def seed_list(self) -> list[int]:
-        return [int(s) for s in self.seeds] or list(self.settings.seeds_for(self.variant))
+        """The variant's seeds of the run (``--seeds`` changes them)."""
+        return list(self.run_plan.seeds_for(self.variant))
 
     def requires(self) -> dict[str, Any]:
         """The dataset (its split) and, for the tuned settings, the variant's Tune."""
@@ -81,7 +81,7 @@ class WithinModalityTradeoff(VariantChoice, DatasetParams, HashedTask):
     def base_overrides(self) -> dict[str, Any]:
         if self.settings_from == "tuned":
             return self.requires()["tune"].chosen_overrides()
-        return recursively_unfreeze(self.variant_overrides)
+        return recursively_unfreeze(self.point)
 
     def trains(self) -> dict[float, list[Train]]:
         base = self.base_overrides()
@@ -90,7 +90,7 @@ class WithinModalityTradeoff(VariantChoice, DatasetParams, HashedTask):
                 self.clone(
                     Train,
                     seed=seed,
-                    variant_overrides=merge_overrides(base, {"within_modality": {"weight_scale": float(scale)}}),
+                    point=merge_overrides(base, {"within_modality": {"weight_scale": float(scale)}}),
                 )
                 for seed in self.seed_list()
             ]
@@ -107,7 +107,7 @@ class WithinModalityTradeoff(VariantChoice, DatasetParams, HashedTask):
 
     def evaluations(self) -> dict[float, list[Evaluate]]:
         return {
-            scale: [self.clone(Evaluate, seed=t.seed, variant_overrides=t.overrides()) for t in trains]
+            scale: [self.clone(Evaluate, seed=t.seed, point=t.overrides()) for t in trains]
             for scale, trains in self.final_trains().items()
         }
 

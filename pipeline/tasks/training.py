@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,21 @@ from luigi.freezing import recursively_unfreeze
 from torch import nn
 
 from common.files import atomic_path
+from common.tokenizer import TOKENIZER_VERSION
 from data_recipes.manifest import image_ids, integer_group_ids
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
 from models.encoders import EncoderConfig
-from models.registry import build_model, model_class
-from models.settings import significant_settings
+from models.registry import model_class
+from models.settings import TrainSettings, significant_settings
+from models.trained import (
+    RECORD_FILE,
+    ModelRecord,
+    build_from_record,
+    load_trained,
+    read_record,
+    record_for,
+    write_record,
+)
 from models.training import (
     BEST_CHECKPOINT,
     HISTORY_FILE,
@@ -29,26 +40,20 @@ from models.training import (
     pick_device,
 )
 from models.training.validation import validation_order
-from pipeline.base import HashedTask
-from pipeline.profiles import TrainSettings
+from pipeline.config.variant_spec import Variant, merge_overrides
+from pipeline.engine.gpus import task_device
+from pipeline.engine.task import HashedTask
+from pipeline.engine.torchrun import run_with_torchrun
 from pipeline.steps.selection import ValidationScorer, save_ranks
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.data import PrepareDataset, Split
-from pipeline.tasks.params import DatasetParams, VariantChoice
+from pipeline.tasks.params import PipelineTask, VariantChoice
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
-from pipeline.torchrun_launch import run_with_torchrun
-from pipeline.variant_spec import Variant, merge_overrides
 
 
 class VariantParams(VariantChoice):
     seed = luigi.IntParameter(default=0, description="training seed (model init, batches, flips)")
-
-    @property
-    def resources(self) -> dict[str, int]:
-        """One unit of Luigi's ``gpu`` resource when CUDA is present (``[resources] gpu`` in luigi.cfg says how
-        many a scheduler hands out), so a scheduler never puts more models on a host's GPU than it holds;
-        nothing on CPU, where Luigi would otherwise count an undeclared resource as 1 and serialise runs."""
-        return {"gpu": 1} if torch.cuda.is_available() else {}
+    runs_network = True
 
 
 def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[PairData, pd.DataFrame]:
@@ -82,28 +87,38 @@ def trunk_inputs(task: VariantParams, t: TrainSettings) -> dict[str, HashedTask]
     }
 
 
-def build_variant_model(
-    spec: Variant, t: TrainSettings, word_vectors: np.ndarray, feature_dim: int | None = None
-) -> nn.Module:
-    config = EncoderConfig.from_settings(t, word_vectors, feature_dim)
-    return build_model(spec.model, config, word_vectors, **spec.model_options)
+def model_record(task: VariantParams, inputs: Mapping[str, HashedTask], data: PairData) -> ModelRecord:
+    """What the variant's model is built from (``model.json`` beside the Train's checkpoints): the model and
+    its options, the encoder's sizes, the trunk's input and normalisation, the tokenizer and the vocabulary
+    (referenced relative to the Train's folder, so a run root can move)."""
+    spec, t = task.variant_spec(), task.train_settings()
+    vocab, word_vectors = inputs["words"].vocabulary()
+    vocab_file = inputs["words"].output_path("vocab")
+    encoder = EncoderConfig.from_settings(t, word_vectors, feature_width(data))
+    return record_for(
+        spec.model,
+        dict(spec.model_options),
+        encoder,
+        image_size=t.image_size,
+        max_text_tokens=t.max_text_tokens,
+        tokenizer_version=TOKENIZER_VERSION,
+        vocabulary_file=vocab_file,
+        vocabulary_name=os.path.relpath(vocab_file.resolve(), task.output_dir().resolve()),
+        vocabulary_size=len(vocab) + 2,
+        frozen_trunk_seed=task.run_plan.data_seed if t.trunk == "frozen" else None,
+    )
 
 
 def feature_width(data: PairData) -> int | None:
     return None if data.image_features is None else int(data.image_features.shape[1])
 
 
-def load_trained_model(inputs: Mapping[str, HashedTask], data: PairData) -> tuple[nn.Module, int]:
-    """The variant's model with the best checkpoint of the required ``train`` task loaded (on the automatic
-    device), and the epoch of that checkpoint."""
+def load_trained_model(inputs: Mapping[str, HashedTask]) -> tuple[nn.Module, int]:
+    """The trained model of the required ``train`` task, built from its construction record alone and loaded
+    with its best checkpoint on this task's device, and the epoch of that checkpoint."""
     train = inputs["train"]
-    _, word_vectors = inputs["words"].vocabulary()
-    model = build_variant_model(
-        train.variant_spec(), train.train_settings(), word_vectors, feature_width(data)
-    )
-    state = torch.load(train.output_path("checkpoint"), map_location="cpu", weights_only=False)
-    model.load_state_dict(state["model"])
-    return model.to(pick_device()), state["epoch"]
+    record = read_record(train.output_path("model"))
+    return load_trained(record, train.output_path("checkpoint"), task_device())
 
 
 def imagenet_weights_loaded(model: nn.Module, features: HashedTask | None) -> bool:
@@ -132,7 +147,7 @@ def with_epoch_cap(overrides: Mapping[str, Any], epochs: int, default_cap: int) 
 CONTINUED_FROM = "continued_from.txt"
 
 
-class Train(VariantParams, DatasetParams, HashedTask):
+class Train(VariantParams, PipelineTask):
     """Trains a variant; keeps the best checkpoint by the profile's selection metric (a validation retrieval
     metric, or the validation loss); resumes a killed run.
 
@@ -151,6 +166,8 @@ class Train(VariantParams, DatasetParams, HashedTask):
     outputs = {
         "checkpoint": BEST_CHECKPOINT,
         "last_checkpoint": LAST_CHECKPOINT,
+        # how to build the trained model without the profile or today's code (models.trained)
+        "model": RECORD_FILE,
         "history": HISTORY_FILE,
         # per validation pair, how its positive ranks at the best checkpoint (selection by a retrieval metric)
         "validation_ranks": "validation_ranks.npz",
@@ -158,8 +175,12 @@ class Train(VariantParams, DatasetParams, HashedTask):
 
     @property
     def resources(self) -> dict[str, int]:
-        """A GPU for each process this Train runs on this host (``nproc_per_node``; see VariantParams)."""
-        return {"gpu": self.train_settings().nproc_per_node} if torch.cuda.is_available() else {}
+        """A GPU for each process this Train runs on this host (``nproc_per_node``; see HashedTask.resources)."""
+        return {"gpu": self.train_settings().nproc_per_node} if super().resources else {}
+
+    def runs_in_own_process(self) -> bool:
+        # a data-parallel Train starts torchrun, whose processes are new ones already
+        return self.train_settings().world_size == 1 and super().runs_in_own_process()
 
     def requires(self) -> dict[str, HashedTask]:
         required = {
@@ -187,7 +208,7 @@ class Train(VariantParams, DatasetParams, HashedTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         """Trains here, or with ``nproc_per_node * nnodes`` > 1 in processes torchrun starts
-        (``pipeline.train_ddp``), rank 0 of which writes the files and the summary returned here."""
+        (``pipeline.run.train_ddp``), rank 0 of which writes the files and the summary returned here."""
         t = self.train_settings()
         continued = self.start_from_shorter_run(work_dir)
         if t.world_size > 1 and not launched_by_torchrun():
@@ -198,15 +219,16 @@ class Train(VariantParams, DatasetParams, HashedTask):
 
     def default_epoch_cap(self) -> int:
         """The epoch cap this variant has when the user's overrides do not set one."""
-        return self.clone(Train, variant_overrides=without_epoch_cap(self.overrides())).train_settings().epochs
+        return self.clone(Train, point=without_epoch_cap(self.overrides())).train_settings().epochs
 
     def overrides(self) -> dict[str, Any]:
-        return recursively_unfreeze(self.variant_overrides)
+        """This run's point (a tuning trial's changes to the variant; the epoch cap of a continued run)."""
+        return recursively_unfreeze(self.point)
 
     def with_epochs(self, epochs: int, continue_from_epochs: int = 0) -> Train:
         """This run with epoch cap ``epochs`` (continuing the run of ``continue_from_epochs`` when given)."""
         overrides = with_epoch_cap(self.overrides(), epochs, self.default_epoch_cap())
-        return self.clone(Train, variant_overrides=overrides, continue_from_epochs=continue_from_epochs)
+        return self.clone(Train, point=overrides, continue_from_epochs=continue_from_epochs)
 
     def shorter_run(self) -> Train:
         """This run with the epoch cap ``continue_from_epochs`` (what it continues)."""
@@ -289,8 +311,11 @@ class Train(VariantParams, DatasetParams, HashedTask):
             else None
         )
         spec = self.variant_spec()
+        record = model_record(self, inputs, data)
+        if distributed.is_main:
+            write_record(record, self.work_path(work_dir, "model"))
         torch.manual_seed(config["seed"])
-        model = build_variant_model(spec, t, word_vectors, feature_width(data))
+        model = build_from_record(record, initial_word_vectors=word_vectors, for_training=True)
         losses = spec.build_losses()
         val_positions = np.flatnonzero(split == "val")
         scorer = None
@@ -314,11 +339,12 @@ class Train(VariantParams, DatasetParams, HashedTask):
             config["seed"],
             work_dir,
             neighbors=neighbors,
-            device=pick_device(),  # the Trainer takes the GPU of this process's local rank
+            # a data-parallel process takes the GPU of its local rank; one process, this task's device
+            device=pick_device() if distributed.active else task_device(),
             distributed=distributed,
             validation_score=scorer,
             # no bar per epoch: two workers' bars would interleave on one terminal; FullRun's display shows
-            # each running training's epoch and validation score (pipeline.progress)
+            # each running training's epoch and validation score (pipeline.run.progress)
             progress=False,
         )
         return trainer, scorer

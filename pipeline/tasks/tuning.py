@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import luigi
 import numpy as np
 from luigi.freezing import recursively_unfreeze
 
 from evaluation.selection_metrics import candidate_metrics
 from models.settings import SELECTION_METRICS
-from pipeline.base import HashedTask
-from pipeline.io import write_json
+from pipeline.config.variant_spec import SearchSpace, VariantError, merge_overrides
+from pipeline.engine.outputs import write_json
+from pipeline.engine.task import HashedTask
 from pipeline.steps.selection import load_ranks
 from pipeline.steps.tuning import (
     HALVING_RULE,
@@ -40,9 +40,8 @@ from pipeline.steps.tuning import (
     walk_schedule,
 )
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import DatasetParams, VariantChoice
+from pipeline.tasks.params import PipelineTask, VariantChoice
 from pipeline.tasks.training import Train
-from pipeline.variant_spec import SearchSpace, VariantError, merge_overrides
 
 
 def final_run(train: Train, extended_cap: int) -> Train:
@@ -66,7 +65,7 @@ def run_record(train: Train) -> dict[str, Any]:
     }
 
 
-class Tune(VariantChoice, DatasetParams, HashedTask):
+class Tune(VariantChoice, PipelineTask):
     """Trains the variant's trials on the successive-halving schedule and chooses the one with the best mean
     validation score over the trial seeds; ``selection.json`` holds every trial, the rungs, the choice, the
     runner-up, their paired difference and the rules. Nothing here reads the test split: a trial's score is
@@ -79,7 +78,7 @@ class Tune(VariantChoice, DatasetParams, HashedTask):
         spec = self.variant_spec()
         if spec.search_space is None:
             raise VariantError(
-                f"variant {self.variant!r} declares no search space (pipeline/variants.py), so it cannot be tuned"
+                f"variant {self.variant!r} declares no search space (pipeline/config/variants.py), so it cannot be tuned"
             )
         return spec.search_space
 
@@ -89,12 +88,12 @@ class Tune(VariantChoice, DatasetParams, HashedTask):
         return self.search_space().trials(tuning.budget, tuning.draw_seed)
 
     def trial_overrides(self, point: dict[str, Any]) -> dict[str, Any]:
-        """The user's changes to the variant, with the trial's point on top."""
-        return merge_overrides(recursively_unfreeze(self.variant_overrides), SearchSpace.overrides(point))
+        """This task's own point (none in a run: the user's changes are the plan's), the trial's on top."""
+        return merge_overrides(recursively_unfreeze(self.point), SearchSpace.overrides(point))
 
     def trial_train(self, point: dict[str, Any], seed: int) -> Train:
         """The trial's run with ``seed`` at the variant's own epoch cap."""
-        return self.clone(Train, seed=seed, variant_overrides=self.trial_overrides(point))
+        return self.clone(Train, seed=seed, point=self.trial_overrides(point))
 
     def metric(self) -> tuple[str, bool]:
         """The selection metric's name and whether higher is better."""
@@ -172,7 +171,7 @@ class Tune(VariantChoice, DatasetParams, HashedTask):
         }
 
     def chosen_overrides(self) -> dict[str, Any]:
-        """The user's changes with the chosen trial's point on top (after this task has run)."""
+        """The chosen trial's point (after this task has run)."""
         selection = self.load("selection")
         return self.trial_overrides(selection["trials"][selection["chosen"]]["point"])
 
@@ -264,23 +263,25 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
     }
 
 
-class TunedRuns(VariantChoice, DatasetParams, HashedTask):
+class TunedRuns(VariantChoice, PipelineTask):
     """The report seeds of one tuned variant, trained and evaluated on test at its chosen settings; a run
     whose best epoch is its cap is continued to the extended cap first (the rule of the trials)."""
 
-    seeds = luigi.ListParameter(description="the report's training seeds of this variant")
     outputs = {"runs": "tuned_runs.json"}
+
+    def report_seeds(self) -> list[int]:
+        return list(self.run_plan.seeds_for(self.variant))
 
     def requires(self) -> dict[str, Tune]:
         return {"tune": self.clone(Tune)}
 
     def config(self) -> dict[str, Any]:
-        return {"seeds": [int(seed) for seed in self.seeds]}
+        return {"seeds": self.report_seeds()}
 
     def trains(self) -> list[Train]:
         """The report seeds' runs at the chosen settings and the variant's own epoch cap."""
         overrides = self.requires()["tune"].chosen_overrides()
-        return [self.clone(Train, seed=int(seed), variant_overrides=overrides) for seed in self.seeds]
+        return [self.clone(Train, seed=seed, point=overrides) for seed in self.report_seeds()]
 
     def final_trains(self) -> list[Train]:
         """Each seed's run, continued to the extended cap when it was capped (readable once trains() ran)."""
@@ -290,7 +291,7 @@ class TunedRuns(VariantChoice, DatasetParams, HashedTask):
     def evaluations(self) -> list[Evaluate]:
         """The Evaluate of each seed's final run (readable once final_trains() ran)."""
         return [
-            self.clone(Evaluate, seed=train.seed, variant_overrides=train.overrides()) for train in self.final_trains()
+            self.clone(Evaluate, seed=train.seed, point=train.overrides()) for train in self.final_trains()
         ]
 
     def dynamic_upstream(self) -> list[HashedTask]:

@@ -8,118 +8,27 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from common.registry import Registry
 from models.settings import TrainSettings
+from pipeline.steps.doc2vec import Doc2VecSettings
+from pipeline.steps.evaluation import EvalSettings
+from pipeline.steps.neighbors import NeighborSettings
 from pipeline.steps.splits import DEFAULT_FRACTIONS
-
-
-@dataclass(frozen=True)
-class Doc2VecSettings:
-    """gensim Doc2Vec, distributed memory with hierarchical softmax (paper §3.3)."""
-
-    vector_size: int = 200
-    window: int = 20
-    min_count: int = 20
-    epochs: int = 20
-    dm: int = 1
-    hs: int = 1
-    negative: int = 0
-    infer_epochs: int = 20
-
-
-@dataclass(frozen=True)
-class WordVectorSettings:
-    """Word2Vec on the target dataset's train texts, to initialise the GRU's embeddings."""
-
-    vector_size: int = 200
-    window: int = 5
-    min_count: int = 5
-    epochs: int = 10
-    max_vocab: int = 50_000
-
-
-@dataclass(frozen=True)
-class NeighborSettings:
-    """Annoy tables of the k nearest train neighbors (paper: k = 200, Eq. 5)."""
-
-    k: int = 200
-    #: i' is drawn from the first ``sample_k`` non-duplicate neighbors of the k-table (the authors'
-    #: released code: distance-0 entries dropped, then ``[:10]``); ``None`` draws from all k (paper text).
-    sample_k: int | None = 10
-    n_trees: int = 50
-    search_k: int = -1  # Annoy's default: n_trees * k
-    recall_queries: int = 500
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    n_way: int = 5
-    redraws: int = 5
-    #: the paper's k of Table 3 (capped at n_test - 1); always reported
-    preservation_k: int = 200
-    #: neighbor preservation is also reported at each of these k (those below n_test), with its chance level
-    preservation_ks: tuple[int, ...] = (5, 10, 20, 50, 200)
-    #: the paper's k / (n_test - 1): 200 neighbors among 24.6k-46k test items (0.4-0.8%); the headline k is
-    #: the one of ``preservation_ks`` whose k / (n - 1) is closest to it
-    paper_preservation_ratio: float = 0.006
-    topic_k: int = 10
-    #: paired bootstrap over test items and seeds for the headline differences
-    bootstrap_resamples: int = 2000
-
-
-PROTOCOLS = ("shared", "tuned", "both")
-
-
-@dataclass(frozen=True)
-class TuningSettings:
-    """The tuned protocol (``Tune``): every variant with a search space (``pipeline/variants.py``) gets the
-    same number of trials, each trained with every trial seed and scored by the profile's selection metric
-    on the validation split; successive halving stops the weaker trials early; the best trial's settings
-    are then trained with the report's seeds and evaluated on test (docs/protocols.md).
-
-    ``protocol``: what FullRun runs by default — ``shared`` (every variant at the profile's settings),
-    ``tuned`` (the variants with a search space at their own selected settings) or ``both``.
-    """
-
-    protocol: str = "shared"
-    #: trials per tuned variant, one number for every variant of a comparison (Musgrave et al. 2020)
-    budget: int = 3
-    #: draws ``budget`` points from a search space larger than it
-    draw_seed: int = 0
-    #: each trial is trained with every one of these seeds and scored by their mean: one seed's score moves
-    #: by about as much as the settings differ (docs/protocols.md). The first ones are the report's first
-    #: seeds, so a trial at the chosen (or the shared) settings is that run, trained once
-    trial_seeds: tuple[int, ...] = (0, 1)
-    #: successive halving (ASHA-style, synchronous): every trial first trains this many epochs, then the
-    #: best ``1 / reduction_factor`` of them (at least two) continue from their checkpoints to the next rung,
-    #: and after the last rung to the end; empty: every trial trains to the end
-    rung_epochs: tuple[int, ...] = ()
-    reduction_factor: int = 3
-    #: a tuned run (a finished trial or a report seed) whose best epoch is its last allowed one is continued
-    #: from its checkpoint to this many epochs (None: twice the profile's epoch cap), the same for every method
-    extended_epochs: int | None = None
-    #: paired bootstrap of the chosen trial against the runner-up (validation pairs and trial seeds)
-    bootstrap_resamples: int = 2000
-
-    def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
-        if self.budget < 1:
-            raise ValueError(f"the tuning budget must be at least 1 trial, got {self.budget}")
-        if not self.trial_seeds or len(set(self.trial_seeds)) != len(self.trial_seeds):
-            raise ValueError(f"trial_seeds must be distinct and at least one, got {self.trial_seeds}")
-        if list(self.rung_epochs) != sorted(set(self.rung_epochs)) or any(e < 1 for e in self.rung_epochs):
-            raise ValueError(f"rung_epochs must be increasing positive epoch counts, got {self.rung_epochs}")
-        if self.reduction_factor < 2:
-            raise ValueError(f"reduction_factor must be >= 2, got {self.reduction_factor}")
-
-    def extended_cap(self, epochs: int) -> int:
-        """The second cap of a run whose first cap is ``epochs``."""
-        return 2 * epochs if self.extended_epochs is None else self.extended_epochs
+from pipeline.steps.tuning import TuningSettings
+from pipeline.steps.word_vectors import WordVectorSettings
 
 
 @dataclass(frozen=True)
 class Profile:
     name: str
+    #: the dataset: its recipe (``data_recipes``), raw folder, folders added later in arrival order, and the
+    #: seed of data generation, Doc2Vec, Annoy and the trunk's features (``--dataset``, ``--raw-dir``,
+    #: ``--shards`` and ``--data-seed`` on the command line, ``data.*`` with ``--set``)
+    recipe: str = "embedded"
+    raw_dir: str = ""
+    shards: tuple[str, ...] = ()
+    data_seed: int = 0
+    #: the generated dataset's options (other recipes get only the run's ``data.options.*`` changes)
     dataset_options: dict[str, Any] = field(default_factory=dict)
     #: train/val/test shares of the hashed split (a split the dataset gives, e.g. Karpathy's, is kept)
     split_fractions: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_FRACTIONS))
@@ -252,10 +161,12 @@ SMOKE = Profile(
 
 __all__ = ["TrainSettings", "Profile", "PROFILES", "get_profile"]
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (SMOKE, DEMO, PAPER)}
+#: every profile by name (``--profile``); a project adds its own with ``PROFILES.add(name, Profile(...))``
+PROFILES: Registry[Profile] = Registry("profile")
+for _profile in (SMOKE, DEMO, PAPER):
+    PROFILES.add(_profile.name, _profile)
 
 
 def get_profile(name: str) -> Profile:
-    if name not in PROFILES:
-        raise KeyError(f"unknown profile {name!r}; choose one of {sorted(PROFILES)}")
-    return PROFILES[name]
+    """The profile ``name``; one message naming the close and the available ones otherwise (a ``KeyError``)."""
+    return PROFILES.get(name)

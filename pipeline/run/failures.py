@@ -12,8 +12,8 @@ import logging
 
 from data_recipes.manifest import ManifestError
 from data_recipes.validate import RejectBudgetExceeded
-from pipeline.io import DiskFullError
-from pipeline.validation import RunConfigurationError
+from pipeline.config.checks import RunConfigurationError
+from pipeline.engine.outputs import DiskFullError
 
 #: failures caused by the input or the machine, not by a bug: a schema problem, too many rejected rows, a full
 #: disk, a bad name, a raw folder that is not there

@@ -1,7 +1,7 @@
 """Which version of the project's code made an output, so that a rerun never takes yesterday's result as today's.
 
 An output's path hashes its settings and its upstream outputs (``HashedTask.signature``), never the code. The
-code is tracked beside it, by a version per task family recorded in ``pipeline/code_versions.json``:
+code is tracked beside it, by a version per task family recorded in ``pipeline/engine/code_versions.json``:
 
 * every output's ``_meta.json`` records its **code lineage**: the version of its own family and of every task
   family upstream of it. An output whose lineage differs from the current one is **stale**: ``complete()``
@@ -10,7 +10,7 @@ code is tracked beside it, by a version per task family recorded in ``pipeline/c
 * each family's entry also holds a **fingerprint**: a hash of the source of every project module the task's
   module imports (docstrings, comments and formatting left out). ``tests/test_code_identity.py`` fails when a
   fingerprint no longer matches the code, and the maintainer decides: a change of what the task computes
-  bumps its version (``python -m pipeline.code_identity --bump Train``: its outputs and their downstream are
+  bumps its version (``python -m pipeline.engine.code_identity --bump Train``: its outputs and their downstream are
   recomputed), a refactor only records the new fingerprint (``--record``: nothing is recomputed).
 
 Why not hash the source into the path (automatic, but every refactor or comment-free rename would retrain
@@ -32,10 +32,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pipeline.base import HashedTask
-from pipeline.code_versions import VERSIONS_FILE, recorded, version_of
+from pipeline.engine.code_versions import VERSIONS_FILE, recorded, version_of
+from pipeline.engine.task import HashedTask
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT_PACKAGES = ("common", "pipeline", "models", "data_recipes", "evaluation", "serving")
 MODULE_NAME = re.compile(rf"(?:{'|'.join(PROJECT_PACKAGES)})(?:\.[a-z_][a-z0-9_]*)+")
 
@@ -120,6 +120,11 @@ def fingerprint(task_class: type) -> str:
     return digest.hexdigest()[:16]
 
 
+def _defined(cls: type) -> set[str]:
+    """Names defined by ``cls`` or a base below HashedTask."""
+    return {name for klass in cls.__mro__ if klass is not HashedTask and issubclass(klass, HashedTask) for name in vars(klass)}
+
+
 def task_families() -> dict[str, type]:
     """Every task family that writes an output (HashedTask subclasses of the pipeline), by name."""
     importlib.import_module("pipeline")  # every task module, so every family is a subclass by now
@@ -128,7 +133,8 @@ def task_families() -> dict[str, type]:
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
-        if cls.__module__.startswith("pipeline.") and not inspect.isabstract(cls):
+        # a base class (no produce of its own) writes no output
+        if cls.__module__.startswith("pipeline.") and not inspect.isabstract(cls) and "produce" in _defined(cls):
             families[cls.get_task_family()] = cls
     return dict(sorted(families.items()))
 
@@ -165,7 +171,7 @@ def write_versions(bump: Iterable[str] = ()) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.code_identity",
+        prog="python -m pipeline.engine.code_identity",
         description="Compare each task's code with its recorded fingerprint; record a refactor or bump a version.",
     )
     group = parser.add_mutually_exclusive_group()

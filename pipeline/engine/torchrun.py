@@ -1,30 +1,29 @@
 """Starting a data-parallel Train under torchrun: the command every node runs and the wait for it.
 
 ``Train.produce`` calls :func:`run_with_torchrun` when its ``nproc_per_node * nnodes`` is above 1; the processes
-torchrun starts run ``pipeline.train_ddp`` (the entry point), and rank 0 leaves its summary in the work
+torchrun starts run ``pipeline.run.train_ddp`` (the entry point), and rank 0 leaves its summary in the work
 directory for this module to hand back. See docs/gpu.md.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import shlex
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from models.settings import TrainSettings
-from pipeline.base import HashedTask
-from pipeline.io import read_json
+from pipeline.engine.outputs import read_json
+from pipeline.engine.spawn import die_with_parent
+from pipeline.engine.task import HashedTask
 
 logger = logging.getLogger("luigi-interface")
 
 #: the torchrun entry point every process runs
-ENTRY_POINT = "pipeline.train_ddp"
+ENTRY_POINT = "pipeline.run.train_ddp"
 #: rank 0's summary of the run, read back by the launching Train and removed
 SUMMARY_FILE = "ddp_summary.json"
 
@@ -58,21 +57,13 @@ def torchrun_command(task: HashedTask, work_dir: Path, settings: TrainSettings) 
     parameters = json.dumps(task.to_str_params(), sort_keys=True)
     return command + [
         "-m",
-        "pipeline.train_ddp",
+        "pipeline.run.train_ddp",
         "--task",
         parameters,
         "--work-dir",
         str(Path(work_dir).resolve()),
     ]
 
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """torchrun gets SIGTERM (and stops its workers) when the Train that started it dies, so a killed Train
-    never leaves a run writing into the work directory its rerun resumes from."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: nothing to arm
 
 
 def run_with_torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings) -> dict[str, Any]:
@@ -89,7 +80,7 @@ def run_with_torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings)
         logger.info("Train %s runs: %s", task.task_id, shlex.join(command))
     summary_path = Path(work_dir) / SUMMARY_FILE
     summary_path.unlink(missing_ok=True)
-    completed = subprocess.run(command, preexec_fn=_die_with_parent, check=False)
+    completed = subprocess.run(command, preexec_fn=die_with_parent, check=False)
     if completed.returncode != 0:
         raise RuntimeError(
             f"torchrun exited with status {completed.returncode} ({shlex.join(command)}); the checkpoints in "

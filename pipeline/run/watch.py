@@ -1,4 +1,4 @@
-"""Starts the progress display (``pipeline.progress``) of a FullRun run from the command line: the plan's tasks
+"""Starts the progress display (``pipeline.run.progress``) of a FullRun run from the command line: the plan's tasks
 as the display watches them, the display chosen for where the output goes, stopped when the process ends."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import luigi
 
-from pipeline.plan import DONE, KEPT, PlannedTask, task_plan
-from pipeline.progress import ProgressDisplay, WatchedTask
+from pipeline.run.progress import ProgressDisplay, WatchedTask
+from pipeline.run.status import DONE, KEPT, PlannedTask, task_plan
 
 #: what a Train's selection metric is called on the status line
 METRIC_LABELS = {

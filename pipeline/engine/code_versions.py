@@ -1,6 +1,6 @@
-"""The recorded code version of each task family (``pipeline/code_versions.json``), read by every task to
+"""The recorded code version of each task family (``pipeline/engine/code_versions.json``), read by every task to
 tell an output made by today's code from one made by older code. What the versions mean and how they are
-updated: :mod:`pipeline.code_identity`.
+updated: :mod:`pipeline.engine.code_identity`.
 """
 
 from __future__ import annotations

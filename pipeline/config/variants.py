@@ -7,11 +7,9 @@ parameter of an existing one for an ablation).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from common.registry import Registry
 from evaluation.tables import TABLE_1, TABLE_2, TABLE_4
-from pipeline.variant_spec import LossSpec, SearchSpace, Variant, VariantError
+from pipeline.config.variant_spec import LossSpec, SearchSpace, Variant, VariantError
 
 #: The tuned protocol's spaces: every tuned variant searches the learning rate and its own method's knobs
 #: (issue 30), with one trial budget for all (a larger space is sampled, never given more trials). The values
@@ -52,10 +50,11 @@ def struc(space: str, group_source: str) -> LossSpec:
     return LossSpec("struc", {"space": space, "group_source": group_source, "margin": 0.1, "weight": 1.0})
 
 
-VARIANTS: dict[str, Variant] = {
-    v.name: v
-    for v in (
-        # Table 1, angular group (§4.2)
+#: every method variant by name: the paper's table below, then one variant per registered loss
+VARIANTS: Registry[Variant] = Registry("variant")
+
+for _variant in (
+    # Table 1, angular group (§4.2)
         Variant("ang_np_sym", "Ang+NP+Sym", (ANGULAR,), search_space=tuned_space(angle=("angular",))),
         Variant("ours_img_nns", "Ours (Img NNs)", (ANGULAR, WITHIN_ANGULAR), neighbor_source="image"),
         Variant(
@@ -108,8 +107,11 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             "struc_nn_img", "Struc (NNΩ, Img)", (TRIPLET, struc("image", "neighbors")), neighbor_source="text"
         ),
-    )
-}
+):
+    VARIANTS.add(_variant.name, _variant)
+
+#: the cross-modal loss Eq. 8 pairs a within-modality loss with, per model
+CROSS_MODAL_LOSS = {"vse": "angular", "pvse": "pvse_mil"}
 
 
 def single_loss_variants() -> dict[str, Variant]:
@@ -122,18 +124,19 @@ def single_loss_variants() -> dict[str, Variant]:
 
     variants = {}
     for name in sorted(LOSSES):
-        model = "pvse" if name.startswith("pvse") else "vse"
+        model = LOSSES.tags(name)["model"]
         needs_neighbors = build_loss(name).needs_neighbors
         losses = (LossSpec(name),)
         if needs_neighbors:
-            losses = (LossSpec("pvse_mil" if model == "pvse" else "angular"), *losses)
+            losses = (LossSpec(CROSS_MODAL_LOSS[model]), *losses)
         variants[f"loss_{name}"] = Variant(
             f"loss_{name}", name, losses, model=model, neighbor_source="text" if needs_neighbors else None
         )
     return variants
 
 
-VARIANTS.update(single_loss_variants())
+for _name, _variant in single_loss_variants().items():
+    VARIANTS.add(_name, _variant, single_loss=True)
 
 
 def paper_grid(caption_groups: bool) -> tuple[str, ...]:
@@ -144,16 +147,6 @@ def paper_grid(caption_groups: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for table in tables for name in table))
 
 
-def resolve_variant(
-    name: str,
-    overrides: Mapping[str, Any] | None = None,
-    loss_defaults: Mapping[str, Mapping[str, Any]] | None = None,
-) -> Variant:
-    """The variant ``name`` with a profile's ``loss_defaults`` (loss name -> parameters, filling what the
-    variant leaves unset) and then ``overrides`` applied: a loss name -> parameters to change, e.g.
-    ``{"within_modality": {"alpha": 0.5}}``, ``"train"`` -> training settings of this variant only, e.g.
-    ``{"train": {"neighbor_mode": "extra_rows"}}``, ``"model_options"``, ``"neighbor_source"``, ``"label"``.
-    Raises :class:`VariantError` naming an unknown variant, key, loss parameter or setting."""
-    if name not in VARIANTS:
-        raise VariantError(f"unknown variant {name!r}; available: {sorted(VARIANTS)}")
-    return VARIANTS[name].with_loss_defaults(loss_defaults or {}).with_overrides(overrides or {})
+def unknown_variant(name: str) -> VariantError:
+    """The one message for a variant that is not in the table."""
+    return VariantError(VARIANTS.unknown_message(name))

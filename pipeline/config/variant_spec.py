@@ -3,7 +3,7 @@ parameters), model, where its semantic neighbors come from, its training-setting
 space a fair tuning explores. A typo in any name stops the run at once with the bad key and the valid ones,
 instead of deep inside training.
 
-The table of variants is :mod:`pipeline.variants`; :func:`pipeline.variants.resolve_variant` applies a
+The table of variants is :mod:`pipeline.config.variants`; :func:`pipeline.config.variants.resolve_variant` applies a
 profile's loss defaults and the user's ``--variant-overrides`` to one of them.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -41,30 +40,6 @@ def check_names(what: str, given: Mapping[str, Any] | set[str], valid: list[str]
         raise VariantError(f"unknown {what} {unknown}; valid: {sorted(valid)}")
 
 
-#: loss parameters renamed so that names explain themselves (the paper's α, β of Eq. 8 are weights, and
-#: "alpha" also named the angular loss's angle): old name -> new name, per loss. The old names still work, with
-#: a warning; output hashes keep spelling the old names (:meth:`LossSpec.as_dict`), so no output path moved.
-RENAMED_PARAMETERS: dict[str, dict[str, str]] = {
-    "within_modality": {"alpha": "text_weight", "beta": "image_weight"},
-    "pvse_within_modality": {"alpha": "text_weight", "beta": "image_weight"},
-}
-
-
-def renamed(loss: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with a renamed parameter's old name replaced by its new one, with a warning (a FutureWarning,
-    which Python shows by default, unlike a DeprecationWarning raised outside ``__main__``)."""
-    renames = RENAMED_PARAMETERS.get(loss, {})
-    out = {}
-    for key, value in params.items():
-        if key in renames:
-            warnings.warn(
-                f"parameter {key!r} of loss {loss!r} is deprecated: use {renames[key]!r}", FutureWarning, stacklevel=4
-            )
-            key = renames[key]
-        out[key] = value
-    return out
-
-
 @dataclass(frozen=True)
 class LossSpec:
     """A registered loss by name, with the parameters its constructor takes."""
@@ -77,7 +52,6 @@ class LossSpec:
             raise VariantError(LOSSES.unknown_message(self.name))
         # a deprecated loss name is its new name (one output hash, one record)
         object.__setattr__(self, "name", LOSSES.resolve(self.name))
-        object.__setattr__(self, "params", renamed(self.name, self.params))
         check_names(f"parameter(s) of loss {self.name!r}", self.params, parameters_of(LOSSES[self.name], 0))
 
     def build(self) -> Loss:
@@ -94,10 +68,10 @@ class LossSpec:
         return {**defaults, **self.params}
 
     def as_dict(self) -> dict[str, Any]:
-        """What a task hashes and records: every parameter, a renamed one under its first name (see
-        :data:`RENAMED_PARAMETERS`: an output made before a rename keeps its path)."""
-        first_name = {new: old for old, new in RENAMED_PARAMETERS.get(self.name, {}).items()}
-        return {"name": self.name, "params": {first_name.get(k, k): v for k, v in self.resolved_params().items()}}
+        """What a task hashes and records: every parameter, each under the name the loss's output identity
+        spells it with (``Loss.identity_names``: Eq. 8's weights are hashed as the paper's α, β)."""
+        spelled = getattr(LOSSES[self.name], "identity_names", {})
+        return {"name": self.name, "params": {spelled.get(k, k): v for k, v in self.resolved_params().items()}}
 
 
 #: joins the paths of one knob that sets several parameters to the same value (e.g. one angle for both the
@@ -288,6 +262,33 @@ class Variant:
 
     def build_losses(self) -> list[Loss]:
         return [loss.build() for loss in self.losses]
+
+    def record(self) -> dict[str, Any]:
+        """Everything this variant is, as JSON (:meth:`from_record` builds it back): what a run plan holds."""
+        return {
+            "name": self.name,
+            "label": self.label,
+            "model": self.model,
+            "model_options": dict(self.model_options),
+            "neighbor_source": self.neighbor_source,
+            "losses": [{"name": loss.name, "params": dict(loss.params)} for loss in self.losses],
+            "train": dict(self.train),
+            "search_space": None if self.search_space is None else {k: list(v) for k, v in self.search_space.values.items()},
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Variant:
+        space = record["search_space"]
+        return cls(
+            name=record["name"],
+            label=record["label"],
+            losses=tuple(LossSpec(loss["name"], loss["params"]) for loss in record["losses"]),
+            model=record["model"],
+            neighbor_source=record["neighbor_source"],
+            model_options=record["model_options"],
+            train=record["train"],
+            search_space=None if space is None else SearchSpace({k: tuple(v) for k, v in space.items()}),
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """What a task hashes and a bundle records (``train`` and ``search_space`` apart: Train hashes the

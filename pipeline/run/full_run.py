@@ -8,27 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import luigi
-from luigi.freezing import recursively_unfreeze
 
-from pipeline.base import RunSettings
-from pipeline.run_settings import resolved_profile, resolved_variant, sweep_values
-from pipeline.tasks.params import DatasetParams, GridParams
+from pipeline.config.changes import sweep_values
+from pipeline.config.checks import RunConfigurationError, exit_or_raise
+from pipeline.config.plan import publish, with_change, write_plan
+from pipeline.tasks.params import PlanParams
 from pipeline.tasks.report import Report
 from pipeline.tasks.sweep import Sweep
-from pipeline.validation import (
-    RunConfigurationError,
-    check_gpu_fit,
-    check_recipe_options,
-    check_run_names,
-    check_tuning,
-    exit_or_raise,
-)
 
 
-class FullRun(GridParams, DatasetParams, RunSettings, luigi.WrapperTask):
+class FullRun(PlanParams, luigi.WrapperTask):
     """The whole pipeline: data -> dedup -> split -> Doc2Vec, word vectors, CNN features, k-NN tables ->
     every variant trained and evaluated -> report (one per value with ``--sweep``, and the sweep's section).
-    Prints where the report is.
+    Its plan (and each swept value's) is resolved, checked and written before any task runs. Prints where
+    the report is.
     """
 
     run_root = luigi.Parameter(default="runs", significant=False)
@@ -42,30 +35,16 @@ class FullRun(GridParams, DatasetParams, RunSettings, luigi.WrapperTask):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        try:
-            self.check()
-        except RunConfigurationError as error:
-            exit_or_raise(error)
-
-    def check(self) -> None:
-        """Everything a run is built from, resolved and checked before any work (one line when wrong; the
-        profile and ``--set`` were checked when the task was made: ``RunSettings``)."""
-        overrides = recursively_unfreeze(self.variant_overrides)
-        check_run_names(self.dataset, self.variants, overrides)
-        check_recipe_options(self.dataset, self.recipe_options())
-        changes = [tuple(self.set)]
         if self.sweep:
-            path, values = sweep_values(self.sweep)
-            changes = [(*self.set, f"{path}={value}") for value in values]
-        for change in changes:
-            profile = resolved_profile(self.profile, change)
-            check_gpu_fit(
-                {
-                    name: resolved_variant(profile, name, overrides.get(name, {})).train_settings(profile.train).nproc_per_node
-                    for name in self.variant_names()
-                }
-            )
-            check_tuning(profile, [self.protocol] if self.protocol else [], self.tuned_variants())
+            try:
+                path, values = sweep_values(self.sweep)
+                for value in values:
+                    publish(with_change(self.run_plan, f"{path}={value}"), self.run_root)
+            except RunConfigurationError as error:
+                exit_or_raise(RunConfigurationError(f"--sweep {self.sweep}: {error}"))
+
+    def default_grid(self) -> list[str]:
+        return []  # the paper's grid for the dataset
 
     def requires(self) -> Report | Sweep:
         return self.clone(Sweep) if self.sweep else self.clone(Report)
@@ -80,10 +59,10 @@ class FullRun(GridParams, DatasetParams, RunSettings, luigi.WrapperTask):
 
 
 def _announce_report(task: FullRun) -> None:
-    from pipeline.watch import watching
+    from pipeline.run.watch import watching
 
     if watching():
-        return  # the display's process says it once the display is done (pipeline.watch)
+        return  # the display's process says it once the display is done (pipeline.run.watch)
     announce(task)
 
 
@@ -102,13 +81,22 @@ def _watch(task: FullRun, _dependency: luigi.Task) -> None:
     from luigi.cmdline_parser import CmdlineParser
 
     if not task.quiet and CmdlineParser.get_instance() is not None:
-        from pipeline.watch import start_watching
+        from pipeline.run.watch import start_watching
 
         start_watching(task, announce)
 
 
 FullRun.event_handler(luigi.Event.SUCCESS)(_announce_report)
 FullRun.event_handler(luigi.Event.DEPENDENCY_PRESENT)(_announce_report)
+def _write_plans(task: FullRun, _dependency: luigi.Task) -> None:
+    """Luigi is scheduling the run (planning alone never gets here): its plans go into the run root first."""
+    write_plan(task.run_root, task.plan_id)
+    if task.sweep:
+        for report in task.requires().reports():
+            write_plan(task.run_root, report.plan_id)
+
+
+FullRun.event_handler(luigi.Event.DEPENDENCY_DISCOVERED)(_write_plans)
 FullRun.event_handler(luigi.Event.DEPENDENCY_DISCOVERED)(_watch)
 
 __all__ = ["FullRun"]

@@ -1,11 +1,13 @@
-"""The base of every task: gokart-style output paths that hash the task's significant configuration
-and its upstream tasks, atomic directory outputs, and a metadata JSON beside each output.
+"""The base of every task: gokart-style output paths that hash the task's significant configuration and its
+upstream tasks, atomic directory outputs, a metadata JSON beside each output, the code lineage that tells an
+output of today's code from an older one, and where a task that runs a network produces.
+
+The engine knows nothing of the project's settings: a task says what it depends on (:meth:`HashedTask.config`,
+:meth:`HashedTask.requires`) and the engine names, builds, locks and records its output.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import shutil
@@ -15,9 +17,10 @@ from typing import Any, ClassVar
 
 import luigi
 
-from common.tokenizer import TOKENIZER_VERSION
-from pipeline.code_versions import FIRST_VERSION, version_of
-from pipeline.io import (
+from common.hashing import stable_hash
+from pipeline.engine.code_versions import version_of
+from pipeline.engine.gpus import host_gpu_count
+from pipeline.engine.outputs import (
     atomic_directory,
     library_versions,
     output_lock,
@@ -26,24 +29,22 @@ from pipeline.io import (
     remove_abandoned_partials,
     write_json,
 )
-from pipeline.profiles import Profile
-from pipeline.run_settings import resolved_profile
-from pipeline.validation import RunConfigurationError, check_profile, exit_or_raise
+from pipeline.engine.spawn import produce_in_own_process, runs_in_own_process
 
 META_FILE = "_meta.json"
 #: in a resumable task's work folder: the code lineage its partial output was made with
 CODE_MARKER = "_code.json"
+#: the code record of an output that holds none (made before 1.0, which began recording them): stale to any code
+NO_CODE_RECORD: dict[str, Any] = {"lineage": None, "versions": {}}
 
+__all__ = ["CODE_MARKER", "META_FILE", "HashedTask", "stable_hash", "threads_per_worker"]
 
-def _first_version(family: str) -> int:
-    return FIRST_VERSION
+logger = logging.getLogger("luigi-interface")
 
 
 def _names(tasks: list[HashedTask]) -> list[str]:
     """``<Task>/<signature>`` of each task, sorted (what an output records of its dynamic dependencies)."""
     return sorted({f"{task.get_task_family()}/{task.signature()}" for task in tasks})
-
-logger = logging.getLogger("luigi-interface")
 
 
 def threads_per_worker() -> int:
@@ -55,58 +56,7 @@ def threads_per_worker() -> int:
     return max(1, (os.cpu_count() or 1) // max(1, luigi.interface.core().workers))
 
 
-def stable_hash(payload: Any, length: int = 12) -> str:
-    text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
-
-
-class SettingChangesParameter(luigi.Parameter):
-    """``--set path=value``, repeatable on the command line (``pipeline.run_settings`` says what a path
-    reaches): a tuple of ``path=value`` strings, in the order given (a later change of one path wins)."""
-
-    @classmethod
-    def _parser_kwargs(cls, param_name: str, task_name: str | None = None) -> dict[str, Any]:
-        return {**super()._parser_kwargs(param_name, task_name), "action": "append"}
-
-    def parse(self, x: Any) -> tuple[str, ...]:
-        if isinstance(x, str):  # luigi.cfg: one change, or a JSON list of them
-            x = json.loads(x) if x.strip().startswith("[") else [x]
-        return tuple(str(change) for change in x)
-
-    def normalize(self, x: Any) -> tuple[str, ...]:
-        return self.parse(x)
-
-    def serialize(self, x: Any) -> str:
-        return json.dumps(list(x))
-
-
-class RunSettings:
-    """A profile and the run's changes to it: ``settings`` is what every task reads."""
-
-    profile = luigi.Parameter(default="demo", description="smoke | demo | paper (see pipeline/profiles.py)")
-    set = SettingChangesParameter(
-        default=(),
-        description="change a setting: --set path=value (repeatable), e.g. --set neighbors.k=50 "
-        "--set variants.*.train.learning_rate=3e-4 (docs/usage.md lists the paths)",
-    )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # any task run from the command line (FullRun, WithinModalityTradeoff, Train ...): a bad profile or
-        # --set is one line and exit 2 before any work; from code, the RunConfigurationError is raised
-        try:
-            check_profile(self.profile)
-            resolved_profile(self.profile, tuple(self.set))
-        except RunConfigurationError as error:
-            exit_or_raise(error)
-
-    @property
-    def settings(self) -> Profile:
-        """The profile with the run's ``--set`` changes (resolved and checked once per process)."""
-        return resolved_profile(self.profile, tuple(self.set))
-
-
-class HashedTask(RunSettings, luigi.Task):
+class HashedTask(luigi.Task):
     """A task whose output is a directory ``<run_root>/<TaskName>/<signature>/``.
 
     The signature hashes :meth:`config` (the settings this task really uses, resolved from the profile)
@@ -126,15 +76,20 @@ class HashedTask(RunSettings, luigi.Task):
 
     #: keep a killed run's partial output (checkpoints) and resume from it
     resumable = False
-    #: the task reads texts through ``common.tokenizer``: its version is part of the output hash, so a run
-    #: root never reuses an output made with other tokens
-    tokenizes = False
+    #: the task runs a network (an image trunk, a trained model): on a GPU host it may produce in a process of
+    #: its own (:mod:`pipeline.engine.spawn`), and its summary says the ``device`` it ran on, which the
+    #: output's ``_meta.json`` records
+    runs_network: ClassVar[bool] = False
     #: the files this task writes, by name: other tasks read them only through :meth:`load` (or
     #: :meth:`output_path`) of a task they require, never by a file name of their own
     outputs: ClassVar[dict[str, str]] = {}
 
     def config(self) -> dict[str, Any]:
         """The settings this task's output depends on (besides its inputs)."""
+        return {}
+
+    def identity_extras(self) -> dict[str, Any]:
+        """What else the output depends on besides :meth:`config` and its inputs (a tokenizer's version)."""
         return {}
 
     def upstream(self) -> list[HashedTask]:
@@ -147,7 +102,7 @@ class HashedTask(RunSettings, luigi.Task):
                 "task": self.get_task_family(),
                 "config": self.config(),
                 "upstream": sorted(task.signature() for task in self.upstream()),
-                **({"tokenizer": TOKENIZER_VERSION} if self.tokenizes else {}),
+                **self.identity_extras(),
             }
             cached = self._signature = stable_hash(payload)
         return cached
@@ -190,7 +145,7 @@ class HashedTask(RunSettings, luigi.Task):
 
     def code(self, version: Any = version_of) -> dict[str, Any]:
         """This output's code record under ``version`` (family -> version; today's by default): what
-        ``_meta.json`` holds when every input was made by that code (``pipeline.code_identity``)."""
+        ``_meta.json`` holds when every input was made by that code (``pipeline.engine.code_identity``)."""
         cache = self.__dict__.setdefault("_code", {})
         if version in cache:
             return cache[version]
@@ -201,9 +156,8 @@ class HashedTask(RunSettings, luigi.Task):
         return code
 
     def recorded_code(self, meta: dict[str, Any]) -> dict[str, Any]:
-        """The code record an output's meta (or a work folder's marker) holds; one made before records
-        existed: the first versions of every family."""
-        return meta["code"] if "code" in meta else self.code(_first_version)
+        """The code record an output's meta (or a work folder's marker) holds (none: stale to any code)."""
+        return meta.get("code", NO_CODE_RECORD)
 
     def produced_code(self, inputs: list[HashedTask]) -> dict[str, Any]:
         """The code record of an output made now from ``inputs``: today's version of its family over the
@@ -225,6 +179,8 @@ class HashedTask(RunSettings, luigi.Task):
         now = self.code()
         if recorded["lineage"] == now["lineage"]:
             return None
+        if recorded["lineage"] is None:
+            return "code: made before 1.0 (no code record)"
         was = recorded.get("versions", {})
         changed = [
             f"{family} {was.get(family, '?')} -> {version}"
@@ -286,7 +242,7 @@ class HashedTask(RunSettings, luigi.Task):
         import torch  # imported here: the scheduler process never needs it
 
         torch.set_num_threads(threads_per_worker())
-        # one process at a time builds this output (pipeline.io.output_lock): a second run on the same run
+        # one process at a time builds this output (pipeline.engine.outputs.output_lock): a second run on the same run
         # root that scheduled this task too waits here, then takes the first one's output as it is
         with output_lock(self.output_dir()):
             if self.complete():
@@ -298,7 +254,7 @@ class HashedTask(RunSettings, luigi.Task):
             started = time.time()
             with atomic_directory(self.output_dir(), resume=self.resumable) as work_dir:
                 self._start_with_todays_code(work_dir)
-                summary = self.produce(work_dir)
+                summary = self._produce_where_it_may(work_dir)
                 dynamic = self._known_dynamic()  # they have run by now
                 write_json(
                     work_dir / META_FILE,
@@ -316,12 +272,29 @@ class HashedTask(RunSettings, luigi.Task):
                         },
                         "versions": library_versions(),
                         "code": self.produced_code(self._inputs_with(dynamic or [])),
+                        **({"device": summary.get("device", "cpu")} if self.runs_network else {}),
                         **({"dynamic": _names(dynamic)} if dynamic else {}),
                         "wall_time_s": round(time.time() - started, 3),
                         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         "summary": summary,
                     },
                 )
+
+    @property
+    def resources(self) -> dict[str, int]:
+        """A network task takes one unit of Luigi's ``gpu`` resource on a GPU host (``[resources] gpu`` says how
+        many a scheduler hands out, and so how many share the host's GPUs: :mod:`pipeline.engine.gpus`);
+        nothing on CPU, where Luigi would count an undeclared resource as 1 and run them one at a time."""
+        return {"gpu": 1} if self.runs_network and host_gpu_count() else {}
+
+    def runs_in_own_process(self) -> bool:
+        """Whether :meth:`produce` runs in a process of its own (:mod:`pipeline.engine.spawn`)."""
+        return self.runs_network and runs_in_own_process()
+
+    def _produce_where_it_may(self, work_dir: Path) -> dict[str, Any]:
+        if self.runs_in_own_process():
+            return produce_in_own_process(self, work_dir, threads_per_worker())
+        return self.produce(work_dir)
 
     def _start_with_todays_code(self, work_dir: Path) -> None:
         """A resumable task's work folder kept from a killed run of other code is emptied (its checkpoints

@@ -1,6 +1,5 @@
-"""The run plan: everything a FullRun uses, resolved once (``run_plan.json``), and what each of its tasks will do.
-
-``python -m pipeline plan`` (FullRun's arguments) prints the plan and, per task, whether it is done, will
+"""What each task of a run will do: ``python -m pipeline plan`` (FullRun's arguments) prints the run plan
+(:mod:`pipeline.config.plan`) and, per task, whether it is done, will
 run (and why: new settings, a new upstream output) or is stale (made by other code), without running
 anything. Tasks the tuned protocol decides while it runs (later rungs, the chosen settings' runs) are not
 known before: the plan says so.
@@ -16,10 +15,8 @@ from typing import Any
 
 import luigi
 
-from models.settings import significant_settings
-from pipeline.base import META_FILE, HashedTask
-from pipeline.io import read_json
-from pipeline.run_settings import resolved_variant, settings_tree
+from pipeline.engine.outputs import read_json
+from pipeline.engine.task import META_FILE, HashedTask
 
 DONE, RUN, STALE, KEPT = "done", "run", "stale", "kept"
 
@@ -39,7 +36,7 @@ class PlannedTask:
         parts = [str(params[name]) for name in ("space", "variant") if params.get(name)]
         if "seed" in params and "variant" in params:
             parts.append(f"seed {params['seed']}")
-        overrides = _flatten(luigi.freezing.recursively_unfreeze(params.get("variant_overrides") or {}))
+        overrides = _flatten(luigi.freezing.recursively_unfreeze(params.get("point") or {}))
         parts += [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in overrides.items()]
         return " ".join(parts)
 
@@ -120,56 +117,10 @@ def task_plan(root: luigi.Task) -> list[PlannedTask]:
     return planned
 
 
-def resolved_plan(run: Any) -> dict[str, Any]:
-    """The plan of a FullRun (or a Report): what ``run_plan.json`` holds."""
-    profile = run.settings
-    variants = {}
-    for name in run.variant_names():
-        spec = resolved_variant(profile, name, run.overrides_for(name))
-        variants[name] = {
-            **spec.as_dict(),
-            "train": significant_settings(spec.train_settings(profile.train)),
-            "seeds": run.seeds_for(name),
-            "protocols": [p for p in run.protocols() if p == "shared" and name in run.shared_variants()]
-            + (["tuned"] if name in run.tuned_variants() else []),
-            "search_space": {k: list(v) for k, v in spec.search_space.values.items()} if spec.search_space and name in run.tuned_variants() else None,
-        }
-    return {
-        "profile": run.profile,
-        "changes": list(run.set),
-        "variant_overrides": {k: dict(v) for k, v in dict(run.variant_overrides).items()},
-        "dataset": {
-            "name": run.dataset,
-            "raw_dir": run.raw_dir,
-            "shards": list(run.shards),
-            "options": run.recipe_options(),
-            "data_seed": run.data_seed,
-            "reject_budget": run.effective_reject_budget(),
-        },
-        "protocols": list(run.protocols()),
-        "settings": settings_tree(profile),
-        "variants": variants,
-    }
-
-
-def plan_identity(plan: dict[str, Any]) -> dict[str, Any]:
-    """What of a plan a Report hashes: every resolved setting and variant (labels included), not how the
-    changes were spelled (``--set`` or ``--variant-overrides``, old or new parameter names) nor the speed-only
-    training settings."""
-    from models.settings import OPERATIONAL_FIELDS
-
-    settings = {key: value for key, value in plan["settings"].items() if key != "variants"}
-    settings["train"] = {k: v for k, v in settings["train"].items() if k not in OPERATIONAL_FIELDS}
-    identity = {key: value for key, value in plan.items() if key not in ("changes", "variant_overrides", "settings")}
-    return {**identity, "settings": settings}
-
-
 def plan_summary(plan: dict[str, Any]) -> list[str]:
     """A few lines a person reads first: the profile, the changes, the grid."""
     lines = [f"profile {plan['profile']}, dataset {plan['dataset']['name']}, protocols {', '.join(plan['protocols'])}"]
     lines.append("changes: " + (", ".join(plan["changes"]) if plan["changes"] else "none (the profile as it is)"))
-    if plan["variant_overrides"]:
-        lines.append(f"variant overrides: {plan['variant_overrides']}")
     lines.append(
         "variants: "
         + ", ".join(f"{name} (seeds {v['seeds']}, {'+'.join(v['protocols'])})" for name, v in plan["variants"].items())

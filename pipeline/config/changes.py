@@ -3,6 +3,7 @@
 
 The tree (``settings_tree``)::
 
+    data.recipe  data.raw_dir  data.shards  data.seed      (--dataset, --raw-dir, --shards, --data-seed)
     data.image_cache_size  data.reject_budget  data.options.<recipe option>
     dedup.threshold  dedup.num_perm  dedup.shingle_size
     split.train  split.val  split.test
@@ -14,8 +15,9 @@ The tree (``settings_tree``)::
 
 A value is read as JSON (``3e-4``, ``true``, ``null``, ``[0,1]``) or else as a plain string, then checked
 against the setting's type. A change of ``split.val`` or ``split.test`` alone is balanced by ``split.train``.
-Tasks read the changed profile (``HashedTask.settings``); each hashes only the settings it uses, so a change
-moves the output paths of the tasks that use it and of their downstream tasks, and no other.
+The changed profile is part of the run plan (:mod:`pipeline.config.plan`), which every task reads; each task
+hashes only the settings it uses, so a change moves the output paths of the tasks that use it and of their
+downstream tasks, and no other.
 """
 
 from __future__ import annotations
@@ -28,14 +30,18 @@ from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 from common.registry import close_match
-from pipeline.profiles import Profile, get_profile
-from pipeline.validation import RunConfigurationError
-from pipeline.variant_spec import merge_overrides, renamed
+from pipeline.config.checks import RunConfigurationError
+from pipeline.config.profiles import Profile
+from pipeline.config.variant_spec import merge_overrides
 
 #: the profile's settings groups that are dataclasses, reached as ``<group>.<field>``
 SECTIONS = ("doc2vec", "word_vectors", "neighbors", "train", "eval", "tuning")
 #: groups of flat Profile fields: path -> Profile field
 FLAT = {
+    "data.recipe": "recipe",
+    "data.raw_dir": "raw_dir",
+    "data.shards": "shards",
+    "data.seed": "data_seed",
     "data.image_cache_size": "image_cache_size",
     "data.reject_budget": "reject_budget",
     "dedup.threshold": "dedup_threshold",
@@ -202,7 +208,7 @@ def _split_change(fractions: Mapping[str, float], parts: list[str], value: Any, 
 
 
 def _variant_change(profile: Profile, parts: list[str], value: Any, where: str) -> Profile:
-    from pipeline.variants import VARIANTS
+    from pipeline.config.variants import VARIANTS
 
     if len(parts) < 3:
         raise RunConfigurationError(
@@ -234,13 +240,12 @@ def _variant_change(profile: Profile, parts: list[str], value: Any, where: str) 
 
 
 def _loss_parameter(loss: str, name: str, value: Any, where: str) -> tuple[str, Any]:
-    """A loss parameter's current name (a renamed one's old name is translated here, so a later change of
-    the same parameter wins whatever its spelling) and its value checked against the constructor's type."""
+    """A loss parameter and its value checked against the constructor's type (its name is checked when the
+    variant is built, naming what is valid)."""
     from models.losses import LOSSES
 
     if loss not in LOSSES:
         return name, value  # not a loss: refused, naming what is valid, when the variant is built
-    name = next(iter(renamed(loss, {name: value})))
     hints = typing.get_type_hints(LOSSES[loss].__init__)
     return name, coerce(value, hints[name], where) if name in hints else value
 
@@ -257,44 +262,7 @@ def normalise_split(profile: Profile, changed: set[str]) -> Profile:
     return replace(profile, split_fractions=fractions)
 
 
-def variant_changes_for(profile: Profile, variant: str) -> dict[str, Any]:
-    """The run's changes to ``variant``: those for every variant (``*``) under those naming it. A ``*``
-    change of a loss applies to the variants that have that loss."""
-    from pipeline.variants import VARIANTS
 
-    losses = set(VARIANTS[variant].loss_names()) if variant in VARIANTS else set()
-    every = {
-        key: value
-        for key, value in profile.variant_overrides.get(EVERY_VARIANT, {}).items()
-        if key in VARIANT_KEYS or key in losses
-    }
-    return merge_overrides(every, profile.variant_overrides.get(variant, {}))
-
-
-def resolved_variant(profile: Profile, name: str, overrides: Mapping[str, Any] | None = None) -> Any:
-    """Variant ``name`` as a run of ``profile`` trains it: the profile's loss defaults, the run's changes to
-    the variant, then ``overrides`` (a task's own, e.g. ``--variant-overrides``) on top."""
-    from pipeline.variants import resolve_variant
-
-    return resolve_variant(name, merge_overrides(variant_changes_for(profile, name), overrides or {}), profile.loss_defaults)
-
-
-def check_variant_changes(profile: Profile) -> None:
-    """Every variant change names something its variant has and builds (one line otherwise)."""
-    from pipeline.variant_spec import VariantError
-    from pipeline.variants import VARIANTS
-
-    every = profile.variant_overrides.get(EVERY_VARIANT, {})
-    for key in every:
-        if key not in VARIANT_KEYS and not any(key in v.loss_names() for v in VARIANTS.values()):
-            raise RunConfigurationError(f"--set variants.*.{key}: no variant has a loss {key!r}; valid: {', '.join(VARIANT_KEYS)} or a loss name")
-    named = [n for n in profile.variant_overrides if n != EVERY_VARIANT]
-    for name in sorted(set(named) | (set(VARIANTS) if every else set())):
-        try:
-            resolved_variant(profile, name).build_losses()  # a value the loss refuses (a negative weight) stops the run now
-        except (VariantError, ValueError, TypeError) as error:
-            where = f"variants.{name}" if name in named else f"variants.* (variant {name})"
-            raise RunConfigurationError(f"--set {where}: {error}") from None
 
 
 def apply_changes(profile: Profile, changes: Sequence[str]) -> Profile:
@@ -311,30 +279,31 @@ def apply_changes(profile: Profile, changes: Sequence[str]) -> Profile:
         raise RunConfigurationError(
             f"neighbors.sample_k ({profile.neighbors.sample_k}) cannot exceed neighbors.k ({profile.neighbors.k})"
         )
-    check_variant_changes(profile)
+    check_every_variant_change(profile)
     return profile
 
 
-#: (the base profile, its changes) -> the changed profile; keyed by the profile object, so a profile replaced
-#: in PROFILES (a test, a benchmark) is never answered from another's entry
-_RESOLVED: dict[tuple[int, tuple[str, ...]], tuple[Profile, Profile]] = {}
+def check_every_variant_change(profile: Profile) -> None:
+    """A ``variants.*`` change names something some variant has (each variant's changes are built with it)."""
+    from pipeline.config.variants import VARIANTS
+
+    for key in profile.variant_overrides.get(EVERY_VARIANT, {}):
+        if key not in VARIANT_KEYS and not any(key in v.loss_names() for v in VARIANTS.values()):
+            raise RunConfigurationError(
+                f"--set variants.*.{key}: no variant has a loss {key!r}; valid: {', '.join(VARIANT_KEYS)} or a loss name"
+            )
 
 
-def resolved_profile(name: str, changes: tuple[str, ...] = ()) -> Profile:
-    """The profile ``name`` with ``changes`` applied (cached: every task of a run asks for it)."""
-    profile = get_profile(name)
-    if not changes:
-        return profile
-    key = (id(profile), tuple(changes))
-    if key not in _RESOLVED or _RESOLVED[key][0] is not profile:
-        _RESOLVED[key] = (profile, apply_changes(profile, changes))
-    return _RESOLVED[key][1]
 
 
 def settings_tree(profile: Profile) -> dict[str, Any]:
     """The resolved settings as the tree ``--set`` paths reach (what ``run_plan.json`` shows)."""
     tree: dict[str, Any] = {
         "data": {
+            "recipe": profile.recipe,
+            "raw_dir": profile.raw_dir,
+            "shards": list(profile.shards),
+            "seed": profile.data_seed,
             "image_cache_size": profile.image_cache_size,
             "reject_budget": profile.reject_budget,
             "options": {**profile.dataset_options, **profile.recipe_option_changes},

@@ -259,7 +259,7 @@ def atomic_directory(final: Path, *, resume: bool = False) -> Iterator[Path]:
 
 def write_json(path: Path, payload: Any) -> None:
     with _naming_disk_full(path), atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=_json_default) + "\n")
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=json_default) + "\n")
 
 
 def read_json(path: Path) -> Any:
@@ -322,7 +322,8 @@ def save_text(path: Path, text: str) -> None:
         tmp.write_text(text)
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
+    """JSON for what the outputs' summaries hold besides JSON types (NumPy numbers and arrays, paths, tuples)."""
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, np.floating):

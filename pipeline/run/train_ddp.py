@@ -1,11 +1,11 @@
 """torchrun's entry point for a data-parallel Train: one process of it.
 
-torchrun starts this module (``pipeline.torchrun_launch`` builds the command; on several nodes each node runs
+torchrun starts this module (``pipeline.engine.torchrun`` builds the command; on several nodes each node runs
 the same command) with the Train's parameters and its work directory. Each process joins the group
 (``models.distributed.init_from_environment``), rebuilds the same Train and trains its share into the work
 directory; rank 0 alone writes the checkpoints, the history and the summary the launching Train reads back.
 
-    python -m torch.distributed.run --nproc-per-node N --standalone -m pipeline.train_ddp \
+    python -m torch.distributed.run --nproc-per-node N --standalone -m pipeline.run.train_ddp \
         --task '<Train parameters as JSON>' --work-dir <the Train's work directory>
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 import torch.distributed as dist
 
 from models.distributed import init_from_environment
-from pipeline.io import write_json
+from pipeline.engine.outputs import write_json
+from pipeline.engine.torchrun import SUMMARY_FILE
 from pipeline.tasks.training import Train
-from pipeline.torchrun_launch import SUMMARY_FILE
 
 
 def main(argv: list[str] | None = None) -> None:

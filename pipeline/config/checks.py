@@ -1,5 +1,5 @@
-"""Names a run is built from (profile, dataset, variants, overrides), checked when FullRun is created, so a
-typo stops the command at once with one line naming the bad value and the valid ones, before any work."""
+"""The checks of a resolved run plan (:func:`check_plan`), run once when the plan is made, so a wrong value stops
+the command at once with one line naming it and what is valid, before any work."""
 
 from __future__ import annotations
 
@@ -8,43 +8,13 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.profiles import Profile
+    from pipeline.config.profiles import Profile
+    from pipeline.config.variant_spec import Variant
 
 
 class RunConfigurationError(ValueError):
     """A run's parameters name something that does not exist; the message says what would."""
 
-
-def check_profile(profile: str) -> None:
-    """Raise :class:`RunConfigurationError` for an unknown profile."""
-    from pipeline.profiles import PROFILES
-
-    if profile not in PROFILES:
-        raise RunConfigurationError(
-            f"unknown profile {profile!r}; valid profiles: {', '.join(sorted(PROFILES))}"
-        )
-
-
-def check_run_names(dataset: str, variants: Iterable[str], overrides: Mapping[str, Any]) -> None:
-    """Raise :class:`RunConfigurationError` for an unknown dataset, variant or override target."""
-    from data_recipes import RECIPES
-    from pipeline.variant_spec import VariantError
-    from pipeline.variants import VARIANTS, resolve_variant
-
-    if dataset not in RECIPES:
-        raise RunConfigurationError(
-            f"unknown dataset {dataset!r}; valid datasets: {', '.join(sorted(RECIPES))}"
-        )
-    unknown = [name for name in [*variants, *overrides] if name not in VARIANTS]
-    if unknown:
-        raise RunConfigurationError(
-            f"unknown variant(s) {', '.join(map(repr, unknown))}; valid variants: {', '.join(sorted(VARIANTS))}"
-        )
-    for name, changes in overrides.items():
-        try:
-            resolve_variant(name, dict(changes))
-        except VariantError as error:
-            raise RunConfigurationError(f"bad override for variant {name!r}: {error}") from None
 
 
 def check_recipe_options(dataset: str, options: Mapping[str, Any]) -> None:
@@ -65,16 +35,11 @@ def check_recipe_options(dataset: str, options: Mapping[str, Any]) -> None:
         )
 
 
-def check_tuning(profile: Profile, protocols: Iterable[str], tuned_variants: Iterable[str]) -> None:
-    """Raise :class:`RunConfigurationError` for an unknown protocol, or a tuning budget that some tuned
-    variant's search space cannot fill (every variant of a comparison gets exactly the budget's trials)."""
-    from pipeline.profiles import PROTOCOLS
-    from pipeline.variants import VARIANTS
-
-    unknown = [p for p in protocols if p not in PROTOCOLS]
-    if unknown:
-        raise RunConfigurationError(f"unknown protocol {unknown[0]!r}; valid protocols: {', '.join(PROTOCOLS)}")
+def check_tuning(profile: Profile, tuned_variants: Iterable[str], variants: Mapping[str, Variant]) -> None:
+    """Raise :class:`RunConfigurationError` for a tuning budget that some tuned variant's search space cannot
+    fill (every variant of a comparison gets exactly the budget's trials), or an extended cap not above the cap."""
     tuning = profile.tuning
+    tuned_variants = list(tuned_variants)
     cap = profile.train.epochs
     if tuned_variants and tuning.extended_cap(cap) <= cap:
         raise RunConfigurationError(
@@ -82,7 +47,7 @@ def check_tuning(profile: Profile, protocols: Iterable[str], tuned_variants: Ite
             "capped run is continued to it"
         )
     budget = tuning.budget
-    short = {name: len(VARIANTS[name].search_space.points()) for name in tuned_variants}
+    short = {name: len(variants[name].search_space.points()) for name in tuned_variants}
     short = {name: points for name, points in short.items() if points < budget}
     if short:
         raise RunConfigurationError(
@@ -114,12 +79,14 @@ def check_gpu_fit(processes_by_variant: Mapping[str, int]) -> None:
     """On a CUDA host, raise :class:`RunConfigurationError` when a variant's ``nproc_per_node`` (given per
     variant) does not fit (see :func:`gpu_shortfall`). On CPU the processes are gloo processes and always fit."""
     import luigi
-    import torch
 
-    if not torch.cuda.is_available():
+    from pipeline.engine.gpus import host_gpu_count
+
+    gpus = host_gpu_count()
+    if not gpus:
         return
     scheduler_gpus = luigi.configuration.get_config().getint("resources", "gpu", 1)
-    problem = gpu_shortfall(processes_by_variant, torch.cuda.device_count(), scheduler_gpus)
+    problem = gpu_shortfall(processes_by_variant, gpus, scheduler_gpus)
     if problem:
         raise RunConfigurationError(problem)
 

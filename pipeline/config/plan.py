@@ -1,0 +1,385 @@
+"""The run plan: every setting of a run resolved once, checked once, written before any task runs
+(``<run_root>/RunPlan/<id>/run_plan.json``) and read by every task through its ``plan`` parameter.
+
+Where a setting comes from, later layers winning:
+
+1. the settings dataclasses' defaults (``TrainSettings``, ``Doc2VecSettings`` ...);
+2. the profile (``--profile``, :mod:`pipeline.config.profiles`);
+3. the run's changes: ``--set path=value``, then the command line's other flags, each expanded into the one
+   change it stands for (``--dataset pairs`` is ``data.recipe="pairs"``, ``--seeds [0,1]`` is ``seeds=[0,1]``,
+   ``--variant-overrides`` one ``variants.<name>...`` change per value; :func:`flag_changes`);
+4. for a variant: its row of the variant table (:mod:`pipeline.config.variants`), the profile's loss defaults
+   where the row leaves a parameter unset, then the run's ``variants.*`` and ``variants.<name>`` changes.
+
+:func:`resolve_plan` is the one place that happens. A task adds only what identifies it — a tuning trial's
+point on top of its variant (:meth:`RunPlan.variant`) — and never resolves a setting itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from common.hashing import stable_hash
+from data_recipes import CAPTION_GROUP_RECIPES
+from models.settings import TrainSettings
+from pipeline.config.changes import EVERY_VARIANT, VARIANT_KEYS, apply_changes, settings_tree
+from pipeline.config.checks import (
+    RunConfigurationError,
+    check_gpu_fit,
+    check_recipe_options,
+    check_tuning,
+)
+from pipeline.config.profiles import PROFILES, Profile
+from pipeline.config.records import profile_from_record, to_record
+from pipeline.config.variant_spec import Variant, VariantError, merge_overrides
+from pipeline.config.variants import VARIANTS, paper_grid, unknown_variant
+from pipeline.engine.outputs import write_json
+
+#: ``<run_root>/RunPlan/<id>/run_plan.json``: the plans of a run root, one folder per plan like a task's output
+PLAN_FOLDER = "RunPlan"
+PLAN_FILE = "run_plan.json"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run's settings, resolved: the profile with the run's changes (``settings``), the variants it compares
+    (``grid``) and every variant it builds (``variants``, resolved)."""
+
+    profile: str
+    #: every change, as ``path=value``: the ``--set`` ones, then the flags' (:func:`flag_changes`)
+    changes: tuple[str, ...]
+    settings: Profile
+    grid: tuple[str, ...]
+    variants: Mapping[str, Variant]
+
+    # ------------------------------------------------------------------ identity
+    def record(self) -> dict[str, Any]:
+        """The plan as JSON: what ``run_plan.json`` holds and :meth:`from_record` reads back."""
+        return {
+            "profile": self.profile,
+            "changes": list(self.changes),
+            "settings": to_record(self.settings),
+            "grid": list(self.grid),
+            "variants": {name: spec.record() for name, spec in self.variants.items()},
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> RunPlan:
+        return cls(
+            profile=record["profile"],
+            changes=tuple(record["changes"]),
+            settings=profile_from_record(record["settings"]),
+            grid=tuple(record["grid"]),
+            variants={name: Variant.from_record(spec) for name, spec in record["variants"].items()},
+        )
+
+    @cached_property
+    def id(self) -> str:
+        return stable_hash(self.record())
+
+    # ------------------------------------------------------------------ variants
+    def variant(self, name: str, point: Mapping[str, Any] | None = None) -> Variant:
+        """Variant ``name`` as this run trains it, with a task's ``point`` (a tuning trial's settings, in the
+        ``{"train": {...}, "<loss>": {...}}`` shape) on top."""
+        if name not in self.variants:
+            raise RunConfigurationError(
+                f"variant {name!r} is not in this run's plan (it holds {', '.join(self.variants)}); "
+                "add it with --variants"
+            )
+        spec = self.variants[name]
+        return spec.with_overrides(point) if point else spec
+
+    def train_settings(self, name: str, point: Mapping[str, Any] | None = None) -> TrainSettings:
+        return self.variant(name, point).train_settings(self.settings.train)
+
+    def seeds_for(self, name: str) -> tuple[int, ...]:
+        return self.settings.seeds_for(name)
+
+    def protocols(self) -> tuple[str, ...]:
+        chosen = self.settings.tuning.protocol
+        return ("shared", "tuned") if chosen == "both" else (chosen,)
+
+    def tuned_variants(self) -> list[str]:
+        """The grid's variants with a search space, when the tuned protocol runs."""
+        if "tuned" not in self.protocols():
+            return []
+        return [name for name in self.grid if self.variants[name].search_space is not None]
+
+    def shared_variants(self) -> list[str]:
+        """Every variant when the shared protocol runs, else the ones not tuned (they have one setting)."""
+        if "shared" in self.protocols():
+            return list(self.grid)
+        return [name for name in self.grid if name not in self.tuned_variants()]
+
+    def variant_protocols(self, name: str) -> list[str]:
+        return (["shared"] if name in self.shared_variants() else []) + (["tuned"] if name in self.tuned_variants() else [])
+
+    # ------------------------------------------------------------------ data
+    @property
+    def recipe(self) -> str:
+        return self.settings.recipe
+
+    @property
+    def data_seed(self) -> int:
+        return self.settings.data_seed
+
+    def shard_dirs(self) -> list[str]:
+        """Every raw folder of the dataset, first ``raw_dir`` then ``shards`` in arrival order."""
+        return [self.settings.raw_dir, *self.settings.shards]
+
+    def recipe_options(self) -> dict[str, Any]:
+        """The recipe's options: the profile's for the generated dataset (the recipe it was sized for), then the
+        run's changes; the generated dataset's seed is the data seed unless an option sets it."""
+        from data_recipes import RECIPE_BUILDERS
+
+        generated = RECIPE_BUILDERS.tags(self.recipe)["generated"]
+        options = dict(self.settings.dataset_options) if generated else {}
+        options.update(self.settings.recipe_option_changes)
+        if generated:
+            options.setdefault("seed", self.data_seed)
+        return options
+
+    def dataset_record(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "name": s.recipe,
+            "raw_dir": s.raw_dir,
+            "shards": list(s.shards),
+            "options": self.recipe_options(),
+            "data_seed": s.data_seed,
+            "reject_budget": s.reject_budget,
+        }
+
+    # ------------------------------------------------------------------ what a person reads
+    def summary(self) -> dict[str, Any]:
+        """What ``run_plan.json`` shows a reader beside the record: the dataset, the protocols, every setting
+        as the ``--set`` tree, and each variant of the grid with its losses, training settings, seeds and
+        search space."""
+        from models.settings import significant_settings
+
+        variants = {}
+        for name in self.grid:
+            spec = self.variant(name)
+            tuned = name in self.tuned_variants()
+            variants[name] = {
+                **spec.as_dict(),
+                "train": significant_settings(spec.train_settings(self.settings.train)),
+                "seeds": list(self.seeds_for(name)),
+                "protocols": self.variant_protocols(name),
+                "search_space": {k: list(v) for k, v in spec.search_space.values.items()} if tuned else None,
+            }
+        return {
+            "profile": self.profile,
+            "changes": list(self.changes),
+            "dataset": self.dataset_record(),
+            "protocols": list(self.protocols()),
+            "settings": settings_tree(self.settings),
+            "variants": variants,
+        }
+
+
+def resolve_variant(settings: Profile, name: str) -> Variant:
+    """Variant ``name`` as a run of ``settings`` trains it: the table's row, the profile's loss defaults where
+    it leaves a parameter unset, then the run's changes to every variant (``*``) and to this one."""
+    if name not in VARIANTS:
+        raise unknown_variant(name)
+    return VARIANTS[name].with_loss_defaults(settings.loss_defaults).with_overrides(variant_changes_for(settings, name))
+
+
+def variant_changes_for(settings: Profile, name: str) -> dict[str, Any]:
+    """The run's changes to variant ``name``: those for every variant (``*``) under those naming it. A ``*``
+    change of a loss applies to the variants that have that loss."""
+    losses = set(VARIANTS[name].loss_names())
+    every = {
+        key: value
+        for key, value in settings.variant_overrides.get(EVERY_VARIANT, {}).items()
+        if key in VARIANT_KEYS or key in losses
+    }
+    return merge_overrides(every, settings.variant_overrides.get(name, {}))
+
+
+def resolve_plan(
+    profile: str, changes: Sequence[str] = (), grid: Sequence[str] = (), extra: Sequence[str] = ()
+) -> RunPlan:
+    """The plan of a run of ``profile`` with ``changes``, comparing ``grid`` (default: the paper's tables for the
+    dataset) and building the ``extra`` variants too (a task started alone); checked as a whole
+    (:func:`pipeline.config.checks.check_plan`). A wrong value is one :class:`RunConfigurationError`."""
+    if profile not in PROFILES:
+        raise RunConfigurationError(PROFILES.unknown_message(profile))
+    settings = apply_changes(PROFILES.get(profile), changes)
+    for name in [*grid, *extra]:
+        if name not in VARIANTS:
+            raise RunConfigurationError(str(unknown_variant(name)))
+    grid = tuple(dict.fromkeys(grid)) or paper_grid(settings.recipe in CAPTION_GROUP_RECIPES)
+    # every variant the run builds, and every variant a change names (checked to build, not kept)
+    names = dict.fromkeys([*grid, *extra])
+    changed = [n for n in settings.variant_overrides if n != EVERY_VARIANT]
+    checked = set(changed) | (set(VARIANTS) if EVERY_VARIANT in settings.variant_overrides else set())
+    resolved = {name: _resolved(settings, name) for name in names}
+    plan = RunPlan(profile, tuple(changes), settings, grid, resolved)
+    check_plan(plan, {name: _resolved(settings, name) for name in sorted(checked - set(names))})
+    return plan
+
+
+def _resolved(settings: Profile, name: str) -> Variant:
+    """:func:`resolve_variant`, a change it cannot apply being one line naming the variant."""
+    try:
+        return resolve_variant(settings, name)
+    except VariantError as error:
+        raise RunConfigurationError(f"--set variants.{name}: {error}") from None
+
+def check_plan(plan: RunPlan, also: Mapping[str, Variant]) -> None:
+    """Everything a resolved plan must satisfy before any work, one :class:`RunConfigurationError` naming the
+    first value that does not: the dataset's recipe and its options, every variant's losses (``also``: variants
+    a change names that the run does not build, checked to build all the same), the tuning budget and the GPUs
+    the variants ask for."""
+    from data_recipes import RECIPE_BUILDERS
+
+    s = plan.settings
+    if s.recipe not in RECIPE_BUILDERS:
+        raise RunConfigurationError(RECIPE_BUILDERS.unknown_message(s.recipe).replace("unknown dataset recipe", "unknown dataset"))
+    generated = RECIPE_BUILDERS.tags(s.recipe)["generated"]
+    if s.shards and generated:
+        raise RunConfigurationError(
+            f"shards need a recipe that reads raw files; the {s.recipe} dataset is generated (change its options "
+            "with --set data.options.<name>=... instead)"
+        )
+    check_recipe_options(s.recipe, plan.recipe_options())
+    for name, spec in [*plan.variants.items(), *also.items()]:
+        try:
+            spec.build_losses()  # a value a loss refuses (a negative weight) stops the run now
+        except (VariantError, ValueError, TypeError) as error:
+            raise RunConfigurationError(f"--set variants.{name}: {error}") from None
+    check_tuning(s, plan.tuned_variants(), plan.variants)
+    check_gpu_fit({name: plan.train_settings(name).nproc_per_node for name in plan.grid})
+
+
+# ---------------------------------------------------------------------------------------------- the file
+def plan_path(run_root: str | Path, plan_id: str) -> Path:
+    return Path(run_root) / PLAN_FOLDER / plan_id / PLAN_FILE
+
+
+#: plans this process resolved or read: (run root, id) -> plan (Luigi's forked workers inherit them)
+_PLANS: dict[tuple[str, str], RunPlan] = {}
+
+
+def publish(plan: RunPlan, run_root: str | Path) -> str:
+    """Keep ``plan`` for this process's tasks of ``run_root`` (and the workers Luigi forks from it); its id. Its
+    file is written by :func:`write_plan` when the first task of the run starts, so that planning alone
+    (``python -m pipeline plan``, a task built in a test) leaves nothing behind."""
+    root = Path(run_root)
+    if root.exists() and not root.is_dir():
+        raise RunConfigurationError(f"--run-root {run_root} is a file, not a folder: give a folder for the outputs")
+    _PLANS[(str(root.resolve()), plan.id)] = plan
+    return plan.id
+
+
+def write_plan(run_root: str | Path, plan_id: str) -> Path:
+    """The plan's file in ``run_root``, written now if it is not there yet (a plan's file is named by its content,
+    so it is written once)."""
+    path = plan_path(run_root, plan_id)
+    if not path.exists():
+        plan = load_plan(run_root, plan_id)
+        write_json(path, {**plan.record(), "summary": plan.summary()})
+    return path
+
+
+def load_plan(run_root: str | Path, plan_id: str) -> RunPlan:
+    """The plan ``plan_id`` of ``run_root``: this process's copy, else read from its file."""
+    key = (str(Path(run_root).resolve()), plan_id)
+    if key not in _PLANS:
+        path = plan_path(run_root, plan_id)
+        if not path.exists():
+            raise RunConfigurationError(
+                f"run plan {plan_id} is not in {run_root} ({path} is missing): start the run from FullRun or "
+                "a task's command line, which writes its plan first"
+            )
+        plan = RunPlan.from_record(json.loads(path.read_text()))
+        if plan.id != plan_id:
+            raise RunConfigurationError(f"{path} holds another plan ({plan.id}): it was edited; start the run again")
+        _PLANS[key] = plan
+    return _PLANS[key]
+
+
+def forget_plans() -> None:
+    """Drop this process's copies (the next read comes from the files)."""
+    _PLANS.clear()
+
+
+# ---------------------------------------------------------------------------------------------- the flags
+def change(path: str, value: Any) -> str:
+    """``path=value`` with the value as JSON (a string stays a string whatever it looks like)."""
+    return f"{path}={json.dumps(value, sort_keys=True)}"
+
+
+def flag_changes(
+    *,
+    dataset: str | None = None,
+    raw_dir: str | None = None,
+    shards: Sequence[str] = (),
+    dataset_options: Mapping[str, Any] | None = None,
+    data_seed: int | None = None,
+    reject_budget: float | None = None,
+    seeds: Sequence[int] = (),
+    protocol: str = "",
+    variant_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[str]:
+    """The ``--set`` changes the command line's flags stand for (a flag left at its default changes nothing)."""
+    out: list[str] = []
+    if dataset is not None:
+        out.append(change("data.recipe", dataset))
+    if raw_dir:
+        out.append(change("data.raw_dir", raw_dir))
+    if shards:
+        out.append(change("data.shards", list(shards)))
+    for name, value in (dataset_options or {}).items():
+        out.append(change(f"data.options.{name}", value))
+    if data_seed is not None:
+        out.append(change("data.seed", data_seed))
+    if reject_budget is not None:
+        out.append(change("data.reject_budget", reject_budget))
+    if seeds:
+        out.append(change("seeds", list(seeds)))
+    if protocol:
+        out.append(change("tuning.protocol", protocol))
+    for variant, targets in (variant_overrides or {}).items():
+        if variant not in VARIANTS:
+            raise RunConfigurationError(f"--variant-overrides: {VARIANTS.unknown_message(variant)}")
+        if not isinstance(targets, Mapping):
+            raise RunConfigurationError(
+                f"--variant-overrides {variant}: expected an object of changes, e.g. "
+                '\'{"ours": {"train": {"learning_rate": 0.001}}}\''
+            )
+        for target, value in targets.items():
+            if isinstance(value, Mapping):
+                out += [change(f"variants.{variant}.{target}.{name}", item) for name, item in value.items()]
+            else:
+                out.append(change(f"variants.{variant}.{target}", value))
+    return out
+
+
+def with_change(plan: RunPlan, extra: str) -> RunPlan:
+    """``plan`` resolved again with one more change (a sweep's value)."""
+    return resolve_plan(plan.profile, (*plan.changes, extra), plan.grid, [n for n in plan.variants if n not in plan.grid])
+
+
+__all__ = [
+    "PLAN_FILE",
+    "PLAN_FOLDER",
+    "RunPlan",
+    "change",
+    "flag_changes",
+    "forget_plans",
+    "load_plan",
+    "plan_path",
+    "publish",
+    "write_plan",
+    "resolve_plan",
+    "resolve_variant",
+    "with_change",
+]

@@ -1,0 +1,112 @@
+"""The host's GPUs as the scheduler sees them: how many there are, without initialising CUDA, and which one a
+task that runs a network takes.
+
+Why not ``torch.cuda.is_available()`` in the scheduling process: it initialises the CUDA driver, and a process
+Luigi forks from one that did can never use CUDA again (``Cannot re-initialize CUDA in forked subprocess``).
+``torch.cuda.device_count()`` asks NVML first and leaves CUDA alone. Tasks that run a network on a GPU host
+run in a process of their own anyway (:mod:`pipeline.engine.spawn`), so nothing depends on this staying
+untouched, but the scheduler has no reason to hold a CUDA context either.
+
+Which GPU: Luigi's ``[resources] gpu`` keeps at most that many network tasks running at once, but says
+nothing of which GPU each gets. A task takes a *slot*: an exclusive lock on one of ``gpu`` lock files spread
+over the host's GPUs (slot ``k`` on GPU ``k mod n``), held while it runs. With ``gpu`` equal to the number
+of GPUs each task has a GPU to itself; with twice that, two tasks share each GPU.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+logger = logging.getLogger("luigi-interface")
+
+
+@lru_cache(maxsize=1)
+def host_gpu_count() -> int:
+    """CUDA devices this process may use (``CUDA_VISIBLE_DEVICES`` applied), counted without creating a CUDA
+    context (NVML; torch falls back to the driver only where NVML is missing)."""
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return 0
+    return int(torch.cuda.device_count())
+
+
+def visible_gpus() -> list[str]:
+    """The ids a child process may be given in ``CUDA_VISIBLE_DEVICES``: the ones this process sees."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [gpu.strip() for gpu in listed.split(",") if gpu.strip()][: host_gpu_count()]
+    return [str(index) for index in range(host_gpu_count())]
+
+
+def slot_order(gpus: list[str], slots: int) -> list[tuple[str, int]]:
+    """``(gpu, k)`` slots in the order they are tried: the first slot of every GPU, then the second ...; ``slots``
+    in all (``[resources] gpu``), at least one per GPU."""
+    per_gpu = max(1, math.ceil(slots / max(1, len(gpus))))
+    return [(gpu, k) for k in range(per_gpu) for gpu in gpus]
+
+
+def slots_folder() -> Path:
+    """Host-wide (every run root on this host shares the GPUs), one per user."""
+    return Path(tempfile.gettempdir()) / f"crossmodal-gpu-slots-{os.getuid()}"
+
+
+def _try(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        os.close(fd)
+        if isinstance(error, BlockingIOError) or error.errno == errno.EWOULDBLOCK:
+            return None
+        raise
+    return fd
+
+
+@contextmanager
+def gpu_slot(gpus: list[str], slots: int, folder: Path | None = None, poll_s: float = 0.5) -> Iterator[str]:
+    """Hold a free slot while the block runs; yields its GPU id. Waits (saying so once) when every slot is
+    taken, e.g. by another run on this host."""
+    folder = folder or slots_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    said = False
+    while True:
+        for gpu, k in slot_order(gpus, slots):
+            fd = _try(folder / f"gpu{gpu}.{k}.lock")
+            if fd is None:
+                continue
+            try:
+                yield gpu
+            finally:
+                os.close(fd)  # releases the lock
+            return
+        if not said:
+            logger.info("every GPU slot on this host is taken: waiting for one (%s)", folder)
+            said = True
+        time.sleep(poll_s)
+
+
+def scheduler_gpu_slots() -> int:
+    """Luigi's ``[resources] gpu``: how many network tasks one scheduler runs at once on GPUs."""
+    import luigi
+
+    return luigi.configuration.get_config().getint("resources", "gpu", 1)
+
+
+def task_device():  # noqa: ANN201 - torch.device, imported only when a task runs a network
+    """Where a task's network runs: this process's GPU (a spawned task's slot is its ``cuda:0``), else the CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
