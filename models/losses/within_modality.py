@@ -52,6 +52,8 @@ class WithinModality(Loss[NeighborPairs]):
     weighting). Each term is the mean over the neighbor pairs.
     """
 
+    graph_safe = True
+
     needs = frozenset(NEIGHBOR_KEYWORDS)
 
     def __init__(
