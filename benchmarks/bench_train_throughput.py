@@ -64,7 +64,13 @@ def synthetic_pairs(n: int, image_size: int, max_tokens: int) -> PairData:
 
 
 def build_trainer(
-    settings, data: PairData, n_train: int, work_dir: Path, device: torch.device, distributed=None
+    settings,
+    data: PairData,
+    n_train: int,
+    work_dir: Path,
+    device: torch.device,
+    distributed=None,
+    static_step: bool = False,
 ) -> Trainer:
     spec = resolve_variant("ours")
     torch.manual_seed(0)
@@ -85,6 +91,7 @@ def build_trainer(
         neighbors=table,
         device=device,
         progress=False,
+        static_step=static_step,
         **extra,
     )
 
