@@ -49,6 +49,7 @@ PLAIN_FP32 = {
     "cudnn_benchmark": False,
     "num_workers": 0,
     "pin_memory": False,
+    "fused_adam": False,
 }
 
 

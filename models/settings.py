@@ -81,7 +81,7 @@ class TrainSettings:
     fused_adam: bool = True
     #: the training step at fixed shapes (text at the full ``max_text_tokens`` width, index tensors copied
     #: into static device buffers), captured once as a CUDA graph and replayed: the host launches one graph
-    #: instead of ~1,000 kernels per step (models/training/static_step.py; CUDA, one process, bf16 or fp32
+    #: instead of every kernel of the step (models/training/static_step.py; CUDA, one process, bf16 or fp32
     #: only; the last short batch of an epoch runs the plain step). Off until a GPU run has verified it
     #: (``benchmarks/gpu_check.py``); what is computed is the same up to float summation order
     cuda_graphs: bool = False

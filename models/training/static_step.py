@@ -1,7 +1,7 @@
 """The training step at fixed shapes, captured once as a CUDA graph and replayed (``TrainSettings.cuda_graphs``).
 
-Why: at the paper's batch (64 pairs, 224 px) the plain step is bound by the host. It launches about a
-thousand kernels per step (ResNet-50 forward and backward, the GRU, the losses' small ones, Adam), and
+Why: at the paper's batch (64 pairs, 224 px) the plain step is bound by the host. It launches every
+kernel of the step one by one (ResNet-50 forward and backward, the GRU, the losses' small ones, Adam), and
 launching them takes longer than the GPU takes to run them (docs/gpu.md). A CUDA graph launches the whole
 recorded step at once. What a graph needs, and how this step provides it:
 
