@@ -49,6 +49,7 @@ PLAIN_FP32 = {
     "cudnn_benchmark": False,
     "num_workers": 0,
     "pin_memory": False,
+    "fused_adam": False,
 }
 
 
@@ -64,7 +65,13 @@ def synthetic_pairs(n: int, image_size: int, max_tokens: int) -> PairData:
 
 
 def build_trainer(
-    settings, data: PairData, n_train: int, work_dir: Path, device: torch.device, distributed=None
+    settings,
+    data: PairData,
+    n_train: int,
+    work_dir: Path,
+    device: torch.device,
+    distributed=None,
+    static_step: bool = False,
 ) -> Trainer:
     spec = resolve_variant("ours")
     torch.manual_seed(0)
@@ -85,6 +92,7 @@ def build_trainer(
         neighbors=table,
         device=device,
         progress=False,
+        static_step=static_step,
         **extra,
     )
 

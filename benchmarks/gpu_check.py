@@ -1,255 +1,220 @@
-"""The GPU check: what to run first on a lent GPU (one call, well under 10 minutes).
+"""The GPU check: what to run first on a lent GPU, one call that proves the GPU path end to end (issue 38).
 
-1. **CPU vs CUDA on a tiny batch.** The paper profile's model (ResNet-50 + GRU, Ours = angular N-pair
-   symmetric + within-modality losses) built from one seed on both devices, fp32 everywhere (TF32 off, so
-   the GPU's matrix units do not round to 10-bit mantissas), the same batch: relative differences of the
-   first step's loss and each named part, of the parameters after ``--equality-steps`` optimiser steps, and
-   of the embeddings the updated model gives. fp32 on two devices differs by summation order alone, so these
-   should sit near 1e-6..1e-4; the same comparison with the GPU under bf16 autocast (the training default
-   there) is printed beside them (bf16 operands: 1e-3..1e-2 is expected).
-2. **Paper-profile training speed with mixed precision**: ``bench_train_throughput.py`` at the paper's
-   sizes (224 px, batch 64; the plain fp32 loop, the default bf16 loop, the step alone, the loader alone).
+Parts (``--parts a,b,c,d``, the default; ``e`` with ``--bf16``), each with one summary line:
 
-    python benchmarks/gpu_check.py            # on a machine with CUDA; writes benchmarks/results/gpu_check.json
+a. **equality**: CPU vs CUDA on a tiny batch (fp32, TF32 off; the CPU's own floor and bf16 beside it) and the
+   CUDA-graph step vs the plain step (``gpu_equality.py``);
+b. **speed**: the paper-profile step beside a bare torchvision ResNet-50 step at batches 64/128/256, 224 px,
+   plain and graph-captured (``bench_step_vs_resnet.py``), and a profile of the captured step at 64;
+c. **pipeline runs**: a smoke FullRun with ``--workers 4`` and a paper-profile FullRun on a few thousand pairs
+   with the default workers, their exit statuses, and every network stage's ``_meta.json`` device
+   (``gpu_check_runs.py``);
+d. **CUDA tests**: ``pytest -m cuda -q`` (``tests/test_cuda.py``);
+e. **bf16 vs fp32**: ``bf16_check.py`` (two short trainings per precision; several minutes, so apart).
 
-Without CUDA it says so in one line and exits 2.
+One JSON, ``benchmarks/results/gpu_check.json``: the commit, the device, torch, and every figure. The default
+parts are sized for 8 minutes of one H100 (docs/gpu.md: an estimate until a run has timed them).
+
+    python benchmarks/gpu_check.py                      # a CUDA host
+    python benchmarks/gpu_check.py --parts b --bf16     # the table and the bf16 check only
+    python benchmarks/gpu_check.py --cpu-lane           # no CUDA: what the CPU can prove, at toy sizes
+
+Without CUDA and without ``--cpu-lane`` it says so in one line and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_train_throughput import (  # noqa: E402
-    PLAIN_FP32,
-    build_trainer,
-    plans,
-    rate_ratios,
-    single_process_rates,
-    synchronize,
-    synthetic_pairs,
-)
+import bench_step_vs_resnet  # noqa: E402
+import bf16_check  # noqa: E402
+import gpu_check_runs  # noqa: E402
+from bench_train_throughput import build_trainer, synthetic_pairs  # noqa: E402
+from gpu_equality import cpu_floor, equality, safe_step_profile, static_vs_plain  # noqa: E402
 
 from pipeline.config.profiles import PAPER  # noqa: E402
 
-
-def relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    """‖a − b‖ / ‖b‖ in float64 on the CPU."""
-    a, b = a.detach().double().cpu(), b.detach().double().cpu()
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+ROOT = Path(__file__).resolve().parent.parent
+NO_CUDA = "no CUDA device was present: CPU lane only, no GPU figure"
 
 
-def parameter_vector(trainer) -> torch.Tensor:
-    return torch.cat([p.detach().double().cpu().flatten() for p in trainer.model.parameters()])
-
-
-def gradients_by_name(trainer) -> dict[str, torch.Tensor]:
-    return {
-        name: p.grad.detach().double().cpu()
-        for name, p in trainer.model.named_parameters()
-        if p.grad is not None
-    }
-
-
-def run_steps(trainer, steps: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``steps`` training steps on the trainer's first batches (each step's loss values; the first step's
-    gradients, which the step leaves in place), then the updated model's embeddings of the first batch in
-    eval mode."""
-    values, first, gradients = [], None, None
-    for plan in plans(trainer, steps):
-        loaded = trainer.loader.to_device(trainer.host_batch(plan))
-        first = first or (plan, loaded)
-        values.append(trainer.train_step(plan, loaded).values().detach().cpu())
-        gradients = gradients_by_name(trainer) if gradients is None else gradients
-    plan, loaded = first
-    trainer.model.eval()
-    with torch.no_grad():
-        out = trainer.model(loaded.images, loaded.tokens, loaded.lengths)
-    return values, gradients, out["image"].float().cpu(), out["text"].float().cpu()
-
-
-def equality(args, settings, gpu: torch.device) -> dict:
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    tiny = replace(settings, image_size=args.tiny_image_size, batch_size=args.tiny_batch_size, **PLAIN_FP32)
-    data = synthetic_pairs(args.tiny_pairs, tiny.image_size, tiny.max_text_tokens)
-    n_train = args.tiny_pairs - 16
-    result = {}
-    with tempfile.TemporaryDirectory() as work:
-        runs = {}
-        threads = torch.get_num_threads()
-        for name, device, step_settings, run_threads in (
-            ("cpu_fp32", torch.device("cpu"), tiny, threads),
-            # the floor: fp32 on the same device, summed in another order (one thread)
-            ("cpu_fp32_1_thread", torch.device("cpu"), tiny, 1),
-            ("cuda_fp32", gpu, tiny, threads),
-            ("cuda_bf16", gpu, replace(tiny, amp="bf16"), threads),
-        ):
-            torch.set_num_threads(run_threads)
-            trainer = build_trainer(step_settings, data, n_train, Path(work) / name, device)
-            values, gradients, image, text = run_steps(trainer, args.equality_steps)
-            runs[name] = (values, gradients, image, text, parameter_vector(trainer))
-            del trainer
-        torch.set_num_threads(threads)
-        reference = runs["cpu_fp32"]
-        for name in ("cpu_fp32_1_thread", "cuda_fp32", "cuda_bf16"):
-            values, gradients, image, text, params = runs[name]
-            by_tensor = {key: relative(gradients[key], reference[1][key]) for key in reference[1]}
-            worst = sorted(by_tensor, key=by_tensor.get, reverse=True)[:3]
-            result[name] = {
-                "first_step_losses": relative(values[0], reference[0][0]),
-                "first_step_gradients": relative(
-                    torch.cat([g.flatten() for g in gradients.values()]),
-                    torch.cat([g.flatten() for g in reference[1].values()]),
-                ),
-                "first_step_gradients_median_tensor": float(np.median(list(by_tensor.values()))),
-                "first_step_gradients_worst_tensors": {key: by_tensor[key] for key in worst},
-                "last_step_losses": relative(values[-1], reference[0][-1]),
-                "parameters_after_steps": relative(params, reference[4]),
-                "image_embeddings_after_steps": relative(image, reference[2]),
-                "text_embeddings_after_steps": relative(text, reference[3]),
-            }
-        result["first_step_loss_cpu"] = reference[0][0].tolist()
-    result["steps"] = args.equality_steps
-    result["sizes"] = {"image_size": args.tiny_image_size, "batch_size": args.tiny_batch_size}
-    return result
-
-
-def device_time(event) -> float:
-    """An op's own GPU time in microseconds (the attribute was renamed across PyTorch versions)."""
-    return float(getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0)))
-
-
-def step_profile(trainer, steps: int = 10, top: int = 12) -> dict:
-    """Where a training step's time goes: the ops with the most GPU time over ``steps`` steps on one batch,
-    and the share of the wall time the GPU was busy (well under 1: the step waits on the host)."""
-    plan = next(iter(plans(trainer, 1)))
-    loaded = trainer.loader.to_device(trainer.host_batch(plan))
-    for _ in range(5):
-        trainer.train_step(plan, loaded)
-    synchronize(trainer.device)
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    started = time.perf_counter()
-    with torch.profiler.profile(activities=activities) as profiler:
-        for _ in range(steps):
-            trainer.train_step(plan, loaded)
-        synchronize(trainer.device)
-    wall_us = (time.perf_counter() - started) * 1e6
-    events = profiler.key_averages()
-    # kernels (and copies) are the device's own events; an op's device time is its kernels' again
-    kernels = [event for event in events if event.device_type == torch.autograd.DeviceType.CUDA]
-    busy_us = sum(device_time(event) for event in kernels)
-    ops = [event for event in events if event.device_type == torch.autograd.DeviceType.CPU]
-    ranked = sorted(ops, key=device_time, reverse=True)[:top]
-    return {
-        "steps": steps,
-        "wall_ms_per_step_profiled": wall_us / steps / 1e3,
-        "gpu_busy_ms_per_step": busy_us / steps / 1e3,
-        "gpu_busy_share": busy_us / wall_us,
-        "top_ops_gpu_ms_per_step": {
-            event.key: round(device_time(event) / steps / 1e3, 3) for event in ranked
-        },
-        "cpu_ms_per_step_top_ops": {
-            event.key: round(event.self_cpu_time_total / steps / 1e3, 3)
-            for event in sorted(ops, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
-        },
-    }
-
-
-def safe_step_profile(trainer) -> dict:
-    """:func:`step_profile`, or the error it raised: a diagnosis must not cost the measurements."""
-    try:
-        return step_profile(trainer)
-    except Exception as error:  # noqa: BLE001
-        return {"error": repr(error)}
-
-
-def throughput(args, settings) -> dict:
-    # what training runs under: PyTorch's defaults (TF32 in cuDNN convolutions, not in matrix products)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = True
-    device = torch.device("cuda")
-    data = synthetic_pairs(args.pairs, settings.image_size, settings.max_text_tokens)
-    n_train = args.pairs - 64
-    rates, amp, workers, profile = single_process_rates(
-        settings, data, n_train, device, args.warmup, args.steps, inspect=safe_step_profile
+def part_equality(args, settings, cuda: bool) -> tuple[dict, str]:
+    if not cuda:
+        floor = cpu_floor(args, settings)
+        static = static_vs_plain(args, settings, torch.device("cpu"))
+        return {"cpu_floor": floor, "static_vs_plain_cpu": static}, (
+            f"equality ({NO_CUDA}): CPU 1 thread vs CPU first-step losses {floor['first_step_losses']:.1e}; "
+            f"static (eager) vs plain step after {static['steps']} steps: parameters "
+            f"{static['parameters_after_steps']:.1e}, first-step losses {static['losses_by_step'][0]:.1e}"
+        )
+    result = equality(args, settings, torch.device("cuda"))
+    result["graphed_vs_plain_cuda"] = graphed = static_vs_plain(args, settings, torch.device("cuda"))
+    cuda_fp32, floor = result["cuda_fp32"], result["cpu_fp32_1_thread"]
+    return result, (
+        f"equality: CUDA fp32 vs CPU first-step losses {cuda_fp32['first_step_losses']:.1e}, parameters after "
+        f"{result['steps']} steps {cuda_fp32['parameters_after_steps']:.1e} (the CPU's own floor "
+        f"{floor['parameters_after_steps']:.1e}); bf16 {result['cuda_bf16']['parameters_after_steps']:.1e}; "
+        f"graphed vs plain (captured: {graphed['captured']}) losses of the last step "
+        f"{graphed['losses_by_step'][-1]:.1e}, parameters after {graphed['steps']} steps "
+        f"{graphed['parameters_after_steps']:.1e}"
     )
-    return {
-        "profile_of_fast_step": profile,
-        "image_size": settings.image_size,
-        "batch_size": settings.batch_size,
-        "amp": amp,
-        "loader_threads": workers,
-        "timed_steps": args.steps,
-        "images_per_second": rates,
-        **rate_ratios(rates),
-        "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-    }
+
+
+def part_speed(args, settings, cuda: bool) -> tuple[dict, str]:
+    device = torch.device("cuda" if cuda else "cpu")
+    if cuda:
+        batches, size, warmup, steps = args.batches, 224, args.warmup, args.steps
+    else:
+        batches, size, warmup, steps = [4], 32, 1, 2
+    result = bench_step_vs_resnet.measure(batches, size, device, warmup, steps, args.pairs if cuda else 80, settings)
+    line = bench_step_vs_resnet.summary(result)
+    if cuda:
+        graphed = replace(settings, image_size=224, batch_size=64, cuda_graphs=True)
+        data = synthetic_pairs(256, 224, settings.max_text_tokens)
+        with tempfile.TemporaryDirectory() as work:
+            result["profile_graphed_64"] = profile = safe_step_profile(
+                build_trainer(graphed, data, 192, Path(work), device)
+            )
+        bench_step_vs_resnet.release(device)
+        if "error" not in profile:
+            line += f"; captured step at 64: GPU busy {profile['gpu_busy_share']:.0%} of its wall time"
+    else:
+        line = f"{line} ({NO_CUDA}: toy sizes, no graphed step)"
+    result["table"] = bench_step_vs_resnet.table_lines(result)
+    return result, line
+
+
+def part_runs(args, settings, cuda: bool) -> tuple[dict, str]:
+    if cuda:
+        result = gpu_check_runs.pipeline_runs("cuda", pairs=args.paper_pairs, epochs=2, timeout=args.run_timeout)
+        return result, gpu_check_runs.summary(result)
+    # the CPU lane: only the smoke run with 4 workers (the paper profile trains ResNet-50 on pixels)
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work) / "smoke_workers_4"
+        command = gpu_check_runs.full_run_command("smoke", root, 4, 0, 0)
+        run = gpu_check_runs.run_one("smoke_workers_4", command, root, "cpu", args.run_timeout)
+    result = {"smoke_workers_4": run, "ok": run["ok"]}
+    return result, f"{gpu_check_runs.summary(result)} ({NO_CUDA}: devices expected cpu)"
+
+
+def part_cuda_tests(args, settings, cuda: bool) -> tuple[dict, str]:
+    command = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=args.run_timeout)
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error|errors|deselected)", last)}
+    result = {"exit_status": done.returncode, "counts": counts, "last_line": last.strip("= ")}
+    if done.returncode != 0:
+        result["log_tail"] = (done.stdout + done.stderr)[-4000:]
+    note = "" if cuda else f" ({NO_CUDA}: every CUDA test is skipped)"
+    return result, f"pytest -m cuda: exit {done.returncode}, {result['last_line']}{note}"
+
+
+def part_bf16(args, settings, cuda: bool) -> tuple[dict, str]:
+    argv = ["--out", str(Path(args.out).with_name("bf16_check.json"))]
+    if not cuda:
+        argv.append("--smoke")
+    result = bf16_check.main(argv)
+    return result, result["verdict"]
+
+
+PARTS: dict[str, Callable] = {
+    "a": part_equality,
+    "b": part_speed,
+    "c": part_runs,
+    "d": part_cuda_tests,
+    "e": part_bf16,
+}
+NAMES = {"a": "equality", "b": "speed", "c": "pipeline_runs", "d": "cuda_tests", "e": "bf16_vs_fp32"}
+
+
+def commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if done.returncode == 0 else "unknown"
+
+
+def failed(name: str, result: dict) -> bool:
+    if "error" in result:
+        return True
+    if name == "c":
+        return not result.get("ok", False)
+    if name == "d":
+        return result.get("exit_status") != 0
+    return False
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default=None, help="which parts, e.g. a,b (default a,b,c,d)")
+    parser.add_argument("--bf16", action="store_true", help="also part e, the bf16-vs-fp32 check")
+    parser.add_argument("--cpu-lane", action="store_true", help="no CUDA: run what the CPU can prove")
     parser.add_argument("--equality-steps", type=int, default=3)
+    parser.add_argument("--replay-steps", type=int, default=5, help="graph replays compared in part a")
     parser.add_argument("--tiny-image-size", type=int, default=64)
     parser.add_argument("--tiny-batch-size", type=int, default=16)
     parser.add_argument("--tiny-pairs", type=int, default=96)
-    parser.add_argument("--steps", type=int, default=50, help="timed paper-profile steps")
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--pairs", type=int, default=2048, help="synthetic cache rows for the speed part")
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per rate in part b")
+    parser.add_argument("--warmup", type=int, default=8)
+    parser.add_argument("--pairs", type=int, default=640, help="synthetic cache rows in part b")
+    parser.add_argument("--paper-pairs", type=int, default=2000, help="embedded pairs of part c's paper run")
+    parser.add_argument("--run-timeout", type=float, default=420)
     parser.add_argument("--out", default="benchmarks/results/gpu_check.json")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("gpu_check: no CUDA device here; run it on a machine with a GPU", file=sys.stderr)
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.cpu_lane:
+        print("gpu_check: no CUDA device here; run it on a machine with a GPU (or --cpu-lane)", file=sys.stderr)
         raise SystemExit(2)
+    if not cuda:  # the CPU lane's toy sizes: only that the code runs is proven there
+        args.tiny_image_size, args.tiny_batch_size, args.tiny_pairs = 32, 8, 48
+        args.equality_steps, args.replay_steps = 2, 2
+    parts = (args.parts or "a,b,c,d").split(",") + (["e"] if args.bf16 else [])
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        raise SystemExit(f"gpu_check: unknown parts {unknown}; choose from {sorted(PARTS)}")
     # the paper profile, untrained weights: neither the equality nor the speed depends on them
     settings = replace(PAPER.train, pretrained=False, selection="val_loss")
-    started = time.perf_counter()
+    if not cuda:  # a ResNet-18 with small towers: the CPU lane's parts a and b run in seconds
+        settings = replace(settings, backbone="resnet18", embed_dim=32, gru_hidden=32)
     result = {
-        "device": torch.cuda.get_device_name(0),
+        "commit": commit(),
+        "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({NO_CUDA})",
         "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "backbone": settings.backbone,
-        "variant": "ours",
-        "equality": equality(args, settings, torch.device("cuda")),
-        "throughput": throughput(args, settings),
+        "cuda": torch.version.cuda if cuda else None,
+        "cpu_lane": not cuda,
+        "parts": {},
+        "summary": {},
+        "seconds": {},
     }
-    result["seconds"] = time.perf_counter() - started
-    print(json.dumps(result, indent=2))
-    eq = result["equality"]
-    speed = result["throughput"]
-    print(
-        f"\n{result['device']}: CPU vs CUDA fp32 — first-step losses {eq['cuda_fp32']['first_step_losses']:.1e}, "
-        f"parameters after {eq['steps']} steps {eq['cuda_fp32']['parameters_after_steps']:.1e}; "
-        f"first-step gradients {eq['cuda_fp32']['first_step_gradients']:.1e} (median tensor "
-        f"{eq['cuda_fp32']['first_step_gradients_median_tensor']:.1e}; CPU 1 thread vs CPU: "
-        f"{eq['cpu_fp32_1_thread']['first_step_gradients']:.1e}, median "
-        f"{eq['cpu_fp32_1_thread']['first_step_gradients_median_tensor']:.1e}); "
-        f"bf16 {eq['cuda_bf16']['first_step_losses']:.1e} / {eq['cuda_bf16']['parameters_after_steps']:.1e}"
-    )
-    rates = speed["images_per_second"]
-    print(
-        f"paper profile ({speed['image_size']} px, batch {speed['batch_size']}, {speed['amp']}): "
-        f"{rates['fast_loop']:.0f} images/s (fp32 loop {rates['plain_fp32_loop']:.0f}, step alone "
-        f"{rates['compute_only']:.0f}, loader {rates['loader_only']:.0f}); {result['seconds']:.0f} s"
-    )
-    profile = speed["profile_of_fast_step"]
-    print(
-        profile.get("error")
-        or f"one step: {profile['wall_ms_per_step_profiled']:.1f} ms wall, GPU busy "
-        f"{profile['gpu_busy_ms_per_step']:.1f} ms ({profile['gpu_busy_share']:.0%})"
-    )
+    for name in dict.fromkeys(parts):
+        started = time.perf_counter()
+        try:
+            figures, line = PARTS[name](args, settings, cuda)
+        except Exception as error:  # noqa: BLE001 - one part's failure must not cost the others' figures
+            figures, line = {"error": repr(error)}, f"FAILED: {error!r}"
+        result["parts"][NAMES[name]] = figures
+        result["summary"][name] = f"({name}) {NAMES[name]}: {line}"
+        result["seconds"][name] = round(time.perf_counter() - started, 1)
+        print(result["summary"][name], f"[{result['seconds'][name]:.0f} s]", flush=True)
+    result["ok"] = not any(failed(name, result["parts"][NAMES[name]]) for name in dict.fromkeys(parts))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    total = sum(result["seconds"].values())
+    print(f"gpu_check on {result['device']} at {result['commit']}: {'ok' if result['ok'] else 'FAILED'} in {total:.0f} s -> {args.out}")
+    raise SystemExit(0 if result["ok"] else 1)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from models.backbones import build_trunk
-from models.recurrent import gru_final_states
+from models.recurrent import fixed_width_final_states, gru_final_states
 from models.settings import TrainSettings
 
 TRUNK_MODES = ("finetune", "frozen")
@@ -176,6 +176,9 @@ def xavier_gru(input_size: int, hidden: int, bidirectional: bool) -> nn.GRU:
 class TextEncoder(nn.Module):
     """Word embeddings (initialised from dataset-trained vectors) -> GRU -> linear -> L2 norm."""
 
+    #: set by ``models.recurrent.fixed_width_text``: final states without packing (the CUDA-graph step)
+    fixed_width = False
+
     def __init__(
         self,
         vocab_size: int,
@@ -190,6 +193,8 @@ class TextEncoder(nn.Module):
         self.project = xavier_linear(hidden, embed_dim)
 
     def final_state(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        if self.fixed_width:
+            return fixed_width_final_states(self.gru, self.embedding(tokens), lengths.clamp(min=1))[-1]
         packed = pack_padded_sequence(
             self.embedding(tokens), lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
         )

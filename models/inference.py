@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from models.acceleration import autocast
+from models.devices import inference_batch_size
 from models.loader import BatchLoader, HostBatch, LoaderSettings
 
 MODALITIES = ("image", "text")
@@ -87,17 +88,20 @@ def embed_pairs(
     positions: np.ndarray,
     image_size: int,
     *,
-    batch_size: int = 256,
+    batch_size: int | None = None,
     modalities: Sequence[str] = MODALITIES,
     progress: bool | None = False,
 ) -> dict[str, np.ndarray]:
     """Embeddings of ``positions`` per modality, in order: float32 ``[n, D]`` (``[n, K, D]`` for PVSE),
-    L2-normalised. ``modalities`` picks which to encode (a gallery may hold images only, or texts only)."""
+    L2-normalised. ``modalities`` picks which to encode (a gallery may hold images only, or texts only).
+    ``batch_size`` None: 256 on the CPU (as always), larger on a GPU (:func:`models.devices.inference_batch_size`)."""
     unknown = set(modalities) - set(MODALITIES)
     if unknown:
         raise ValueError(f"unknown modalities {sorted(unknown)}; choose from {MODALITIES}")
     model.eval()
     loader = default_loader(device)
+    if batch_size is None:
+        batch_size = inference_batch_size(device, 256, image_size=image_size)
     batches = chunks(positions, batch_size)
     out: dict[str, list[np.ndarray]] = {modality: [] for modality in modalities}
     if "image" in modalities:

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from models.encoders import EncoderConfig, ImageEncoder, word_embedding, xavier_gru, xavier_linear
-from models.recurrent import gru_final_states
+from models.losses.checks import value_checks_enabled
+from models.recurrent import fixed_width_final_states, gru_final_states
 from models.registry import register_model
 
 PieOutput = tuple[Tensor, Tensor, Tensor]  # (embeddings [B, K, D], residuals [B, K, D], attention [B, K, N])
@@ -56,7 +57,8 @@ class PolysemousInstanceEmbedding(nn.Module):
         """``[B, K, N]`` softmax over the N positions of ``w2 . tanh(W1 x)``; padded positions get exactly 0."""
         logits = self.attention_heads(torch.tanh(self.attention_hidden(local_features))).transpose(1, 2)
         if padding_mask is not None:
-            if bool(padding_mask.all(dim=-1).any()):
+            # a read-back: with the losses' value checks (first training step only, never in a CUDA graph)
+            if value_checks_enabled() and bool(padding_mask.all(dim=-1).any()):
                 raise ValueError(
                     "a row of padding_mask masks every position; keep at least one (length >= 1)"
                 )
@@ -115,6 +117,9 @@ class PvseTextEncoder(nn.Module):
     """Word embeddings -> (global: bidirectional GRU final states -> linear -> dropout) + PIE-Net over the
     word embeddings with padded positions masked out of the attention."""
 
+    #: set by ``models.recurrent.fixed_width_text``: final states without packing (the CUDA-graph step)
+    fixed_width = False
+
     def __init__(
         self,
         vocab_size: int,
@@ -141,10 +146,13 @@ class PvseTextEncoder(nn.Module):
                 f"tokens must be [B, L] and lengths [B], got {tuple(tokens.shape)} and {tuple(lengths.shape)}"
             )
         words = self.dropout(self.embedding(tokens))
-        packed = pack_padded_sequence(
-            words, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
-        )
-        final_states = gru_final_states(self.gru, packed)  # [2, B, H]: forward's last step, backward's first
+        if self.fixed_width:
+            final_states = fixed_width_final_states(self.gru, words, lengths.clamp(min=1))
+        else:
+            packed = pack_padded_sequence(
+                words, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
+            )
+            final_states = gru_final_states(self.gru, packed)  # [2, B, H]: forward's last step, backward's first
         global_feature = self.dropout(self.project(torch.cat([final_states[0], final_states[1]], dim=-1)))
         return self.pie(global_feature, words, text_padding_mask(lengths.to(tokens.device), tokens.shape[1]))
 

@@ -77,6 +77,14 @@ class TrainSettings:
     channels_last: bool = True
     #: let cuDNN time its convolution algorithms for the (fixed) input shape (CUDA only)
     cudnn_benchmark: bool = True
+    #: Adam as one fused kernel over every parameter (CUDA only; the CPU keeps PyTorch's default Adam)
+    fused_adam: bool = True
+    #: the training step at fixed shapes (text at the full ``max_text_tokens`` width, index tensors copied
+    #: into static device buffers), captured once as a CUDA graph and replayed: the host launches one graph
+    #: instead of every kernel of the step (models/training/static_step.py; CUDA, one process, bf16 or fp32
+    #: only; the last short batch of an epoch runs the plain step). Off until a GPU run has verified it
+    #: (``benchmarks/gpu_check.py``); what is computed is the same up to float summation order
+    cuda_graphs: bool = False
     #: torchrun's rendezvous for nnodes > 1 ("host:port" of the first node; c10d backend)
     rdzv_endpoint: str = ""
     #: training steps between reads of the losses from the device (the progress bar, the non-finite check):
@@ -92,6 +100,11 @@ class TrainSettings:
             raise ValueError(f"selection_n_way must be >= 2, got {self.selection_n_way}")
         if self.log_every_steps < 1:
             raise ValueError(f"log_every_steps must be >= 1, got {self.log_every_steps}")
+        if self.cuda_graphs and self.nproc_per_node * self.nnodes > 1:
+            raise ValueError(
+                "cuda_graphs captures the step of one process; with nproc_per_node or nnodes > 1 set "
+                "cuda_graphs=false"
+            )
         if self.nproc_per_node < 1 or self.nnodes < 1:
             raise ValueError(
                 f"nproc_per_node and nnodes must be >= 1, got {self.nproc_per_node}, {self.nnodes}"
@@ -110,6 +123,8 @@ OPERATIONAL_FIELDS = frozenset(
         "pin_memory",
         "channels_last",
         "cudnn_benchmark",
+        "fused_adam",
+        "cuda_graphs",
         "rdzv_endpoint",
         "log_every_steps",
     }

@@ -10,6 +10,20 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` run only where a CUDA device is present; elsewhere (CI) they are skipped."""
+    marked = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if not marked:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (run `pytest -m cuda` on a GPU host)")
+    for item in marked:
+        item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """One smoke FullRun shared by the test modules that read its outputs (the pipeline tests, serving):

@@ -27,6 +27,8 @@ class Angular(Loss[CrossModalPairs]):
     swaps the modalities. Each direction is the mean over the batch's anchor-positive pairs.
     """
 
+    graph_safe = True
+
     def __init__(
         self,
         form: str = "smooth",

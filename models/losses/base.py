@@ -74,6 +74,10 @@ class Loss(nn.Module, Generic[Prepared]):
     #: keywords this loss needs besides ``image`` and ``text`` (and ``"group_mates"``); the trainer uses it to
     #: decide whether neighbors must be sampled and whether batches are filled group by group.
     needs: ClassVar[frozenset[str]] = frozenset()
+    #: whether ``forward`` reads no value back to the host once the value checks are off (no ``.item()``, no
+    #: boolean-mask indexing, no ``nonzero``/``unique``, no branch on a tensor's value), so a CUDA graph can
+    #: capture it; set on the losses ``tests/test_static_step.py`` runs under a read-back guard
+    graph_safe: ClassVar[bool] = False
 
     @property
     def needs_neighbors(self) -> bool:

@@ -159,7 +159,8 @@ def require_neighbors(image: Tensor, group_ids: Tensor | None, inputs: Mapping[s
                 f"{name} has shape {tuple(inputs[name].shape)}, expected ({num_neighbors}, {dim}): one row "
                 "per entry of neighbor_of, in the batch's embedding width"
             )
-    if int(neighbor_of.min()) < 0 or int(neighbor_of.max()) >= batch_size:
+    # a value guard (two read-backs): off with the others after a run's first step and in a CUDA graph
+    if value_checks_enabled() and (int(neighbor_of.min()) < 0 or int(neighbor_of.max()) >= batch_size):
         raise LossPreconditionError(
             f"neighbor_of holds indices outside [0, {batch_size}): it must index rows of this batch (offset "
             "indices when gathering batches from several processes)"

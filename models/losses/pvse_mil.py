@@ -111,6 +111,8 @@ class PvseMil(Loss[MilScores]):
     one embedding per instance this is exactly the VSE++ loss of a single-embedding model.
     """
 
+    graph_safe = True
+
     #: the residuals come with every PVSEModel output, so nothing needs sampling and the trainer keeps this
     #: loss in the validation loss
     needs: ClassVar[frozenset[str]] = frozenset()

@@ -17,6 +17,7 @@ from models.losses.checks import (
     check_multi_embeddings,
     check_pair_embeddings,
     mil_similarity,
+    value_checks_enabled,
 )
 from models.losses.pair_terms import (
     NEGATIVE_MODES,
@@ -107,6 +108,8 @@ class PvseWithinModality(Loss[NeighborPairs]):
     The PVSE ranking, diversity and MMD terms are not repeated here: they come from ``pvse_mil``.
     """
 
+    graph_safe = True
+
     needs: ClassVar[frozenset[str]] = frozenset(NEIGHBOR_KEYWORDS)
     #: the output identity spells Eq. 8's weights by the paper's symbols α, β (``LossSpec.as_dict``)
     identity_names: ClassVar[dict[str, str]] = {"text_weight": "alpha", "image_weight": "beta"}
@@ -163,7 +166,9 @@ class PvseWithinModality(Loss[NeighborPairs]):
                 f"neighbor_image {tuple(neighbor_image.shape)} and neighbor_text {tuple(neighbor_text.shape)} must "
                 f"be [M, K, D] = [{num_neighbors}, {image.shape[1]}, {image.shape[2]}]: one row per neighbor_of entry"
             )
-        if num_neighbors and (int(neighbor_of.min()) < 0 or int(neighbor_of.max()) >= batch):
+        # a value guard (two read-backs): off with the others after a run's first step and in a CUDA graph
+        checked = num_neighbors and value_checks_enabled()
+        if checked and (int(neighbor_of.min()) < 0 or int(neighbor_of.max()) >= batch):
             raise LossPreconditionError(f"neighbor_of must index batch rows 0..{batch - 1}")
         if neighbor_group_ids is not None and neighbor_group_ids.shape != (num_neighbors,):
             raise LossPreconditionError(

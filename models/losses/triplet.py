@@ -29,6 +29,8 @@ class Triplet(Loss[CrossModalPairs]):
     the batch's anchor-positive pairs (VSE++ sums instead: multiply by the batch size to compare).
     """
 
+    graph_safe = True
+
     def __init__(
         self,
         distance: str = "squared_l2",

@@ -56,6 +56,8 @@ class WithinModality(Loss[NeighborPairs]):
 
     #: the output identity spells Eq. 8's weights by the paper's symbols α, β (``LossSpec.as_dict``)
     identity_names: ClassVar[dict[str, str]] = {"text_weight": "alpha", "image_weight": "beta"}
+    graph_safe = True
+
     needs = frozenset(NEIGHBOR_KEYWORDS)
 
     def __init__(

@@ -185,7 +185,7 @@ class Checkpoints:
         """Apply a checked checkpoint: weights, optimiser, schedules, every random state, the history."""
         s = self.state
         s.model.load_state_dict(saved["model"])
-        s.optimizer.load_state_dict(saved["optimizer"])
+        load_optimizer_state(s.optimizer, saved["optimizer"])
         s.scheduler.load_state_dict(saved["scheduler"])
         s.sampler.load_state(saved["sampler"])
         s.flip_generator.set_state(saved["flip_generator"])
@@ -249,3 +249,27 @@ def set_aside(path: Path, tag: str) -> Path:
         n += 1
     path.replace(aside)
     return aside
+
+
+#: Adam's options of how it runs, not what it computes
+_RUN_OPTIONS = ("capturable", "fused", "foreach", "differentiable")
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) -> None:
+    """``optimizer.load_state_dict(saved)``, keeping this run's own options: a checkpoint's param groups carry
+    those of the run that saved it (a CUDA-graph run's ``capturable``, its learning rate as a device
+    tensor), and a run resumed on another device or path must not take them. The learning rate comes back
+    as a float; a CUDA-graph step makes it a device tensor again when it captures."""
+    options = [{key: group[key] for key in _RUN_OPTIONS if key in group} for group in optimizer.param_groups]
+    optimizer.load_state_dict(saved)
+    for group, own in zip(optimizer.param_groups, options, strict=True):
+        group.update(own)
+        if isinstance(group["lr"], Tensor):
+            group["lr"] = float(group["lr"])
+        if not (group.get("fused") or group.get("capturable")):
+            continue
+        # fused and capturable Adam keep each parameter's step count on its device (a plain run on the host)
+        for param in group["params"]:
+            step = optimizer.state.get(param, {}).get("step")
+            if isinstance(step, Tensor) and step.device != param.device:
+                optimizer.state[param]["step"] = step.to(param.device, torch.float32)

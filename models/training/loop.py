@@ -22,6 +22,7 @@ from models.training.checkpoint import BEST_CHECKPOINT, Checkpoints, TrainingSta
 from models.training.data import PairData, StepPlan, plan_step
 from models.training.history import TensorBoardLog, TrainResult, write_history
 from models.training.setup import build_setup
+from models.training.static_step import static_step_for
 from models.training.step import LogReading, StepLog, StepLosses, train_step
 from models.training.validation import ValidationPass, ValidationScore, validation_order, validation_pass
 
@@ -45,7 +46,10 @@ class Trainer:
         progress: bool | None = None,
         distributed: Distributed = SINGLE_PROCESS,
         validation_score: ValidationScore | None = None,
+        static_step: bool = False,
     ) -> None:
+        """``static_step`` (tests only): run the fixed-shape step of ``static_step.py`` even where it is not
+        captured (the CPU), to compare it with the plain step; on CUDA ``settings.cuda_graphs`` chooses."""
         if settings.selection != "val_loss" and validation_score is None:
             raise ValueError(
                 f"selection {settings.selection!r} needs validation_score, the function that scores the "
@@ -63,6 +67,8 @@ class Trainer:
         self.progress = progress
         self.distributed = distributed
         self.val_positions = validation_order(val_positions, data.group_ids)
+        #: the fixed-shape (CUDA-graph) step, or None: the plain step
+        self.static_step = static_step_for(self.setup, settings, distributed, force=static_step)
         #: whether this run's losses have checked their inputs' values yet (on the first step only)
         self._inputs_checked = False
         s = self.setup
@@ -102,9 +108,13 @@ class Trainer:
 
     def host_batch(self, plan: StepPlan) -> HostBatch:
         """What a loader worker prepares for a training step: this rank's rows on the host."""
-        return self.data.host_batch(plan.local.rows, self.settings.image_size, plan.text_width)
+        # the static step takes every text at the table's full width, so every batch has one shape
+        width = self.data.tokens.shape[1] if self.static_step is not None else plan.text_width
+        return self.data.host_batch(plan.local.rows, self.settings.image_size, width)
 
     def train_step(self, plan: StepPlan, loaded: DeviceBatch) -> StepLosses:
+        if self.static_step is not None and self.static_step.accepts(plan, loaded):
+            return self.static_step(plan, loaded)
         return train_step(self.setup, self.settings, self.distributed, plan, loaded)
 
     def validate(self) -> tuple[ValidationPass, dict[str, float]]:
@@ -193,7 +203,7 @@ class Trainer:
             row = {
                 "epoch": epoch,
                 **scores,
-                "lr": self.optimizer.param_groups[0]["lr"],
+                "lr": float(self.optimizer.param_groups[0]["lr"]),  # a device tensor in a CUDA-graph run
                 "train_seconds": train_seconds,
                 "rows_per_second": rows_seen / max(train_seconds, 1e-9),
                 **{f"train_{name}": value for name, value in reading.means().items()},

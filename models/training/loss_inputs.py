@@ -17,14 +17,30 @@ from models.losses import Loss
 
 def loss_inputs(outputs: dict[str, Tensor], batch: Batch, group_ids: Tensor) -> dict[str, Tensor]:
     """Slice model outputs into the keywords of ``models.losses.base``: main rows and neighbor rows."""
-    inputs = {key: value[: batch.n_main] for key, value in outputs.items()}
-    inputs["group_ids"] = group_ids[: batch.n_main]
-    if batch.neighbor_rows is not None:
-        index = torch.from_numpy(batch.neighbor_rows).to(group_ids.device)
+    if batch.neighbor_rows is None:
+        return indexed_loss_inputs(outputs, batch.n_main, group_ids, None, None)
+    rows = torch.from_numpy(batch.neighbor_rows).to(group_ids.device)
+    return indexed_loss_inputs(
+        outputs, batch.n_main, group_ids, rows, torch.from_numpy(batch.neighbor_of).to(group_ids.device)
+    )
+
+
+def indexed_loss_inputs(
+    outputs: dict[str, Tensor],
+    n_main: int,
+    group_ids: Tensor,
+    neighbor_rows: Tensor | None,
+    neighbor_of: Tensor | None,
+) -> dict[str, Tensor]:
+    """:func:`loss_inputs` from index tensors already on the device (``group_ids`` of every encoded row): no
+    host value is read, so the static training step runs it inside a CUDA graph."""
+    inputs = {key: value[:n_main] for key, value in outputs.items()}
+    inputs["group_ids"] = group_ids[:n_main]
+    if neighbor_rows is not None:
         for key, value in outputs.items():
-            inputs[f"neighbor_{key}"] = value.index_select(0, index)
-        inputs["neighbor_of"] = torch.from_numpy(batch.neighbor_of).to(group_ids.device)
-        inputs["neighbor_group_ids"] = group_ids.index_select(0, index)
+            inputs[f"neighbor_{key}"] = value.index_select(0, neighbor_rows)
+        inputs["neighbor_of"] = neighbor_of
+        inputs["neighbor_group_ids"] = group_ids.index_select(0, neighbor_rows)
     return inputs
 
 
@@ -53,11 +69,15 @@ def batch_loss_inputs(
 ) -> dict[str, Tensor]:
     """The loss keywords of one training batch: ``group_ids`` (of every pair) taken at the batch's rows, an
     in-batch anchor and its neighbor merged into one group when ``mask_neighbor_pairs``."""
-    batch_groups = group_ids[batch.rows].numpy()
-    if mask_neighbor_pairs:
-        batch_groups = cross_modal_group_ids(batch_groups, batch)
+    batch_groups = batch_group_ids(batch, group_ids, mask_neighbor_pairs)
     device = next(iter(outputs.values())).device
     return loss_inputs(outputs, batch, torch.from_numpy(batch_groups).to(device))
+
+
+def batch_group_ids(batch: Batch, group_ids: Tensor, mask_neighbor_pairs: bool) -> np.ndarray:
+    """Group id of each encoded row of ``batch`` (host), anchor and neighbor merged when asked."""
+    batch_groups = group_ids[batch.rows].numpy()
+    return cross_modal_group_ids(batch_groups, batch) if mask_neighbor_pairs else batch_groups
 
 
 def compute_losses(losses: Sequence[Loss], inputs: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -14,15 +14,12 @@ from torch import nn
 
 from models.acceleration import amp_dtype, gradient_scaler, prepare_for_device
 from models.batching import BatchSampler
+from models.devices import pick_device
 from models.distributed import Distributed
 from models.loader import BatchLoader, LoaderSettings
 from models.losses import Loss
 from models.settings import TrainSettings
 from models.training.data import PairData
-
-
-def pick_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def check_training_inputs(
@@ -61,6 +58,20 @@ def check_training_inputs(
             f"every loss of {[loss.name for loss in losses]} needs sampled neighbors, so no validation loss "
             "can be computed: add a cross-modal loss (e.g. angular), as Eq. 8 does"
         )
+
+
+def build_optimizer(model: nn.Module, settings: TrainSettings, device: torch.device) -> torch.optim.Adam:
+    """Adam (§3.3). On CUDA one fused kernel (``fused_adam``) and, for a CUDA-graph step, its state steps on
+    the device (``capturable``); on the CPU PyTorch's default, as always."""
+    options: dict[str, bool] = {}
+    if device.type == "cuda":
+        if settings.fused_adam:
+            options["fused"] = True
+        if settings.cuda_graphs:
+            options["capturable"] = True
+    return torch.optim.Adam(
+        model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay, **options
+    )
 
 
 @dataclass
@@ -114,7 +125,7 @@ def build_setup(
     group_ids = np.array(data.group_ids, dtype=np.int64)
     train_positions = np.asarray(train_positions)
     needs_groups = any("group_mates" in loss.needs for loss in losses)
-    optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    optimizer = build_optimizer(model, settings, device)
     return TrainingSetup(
         device=device,
         model=model,

@@ -41,11 +41,18 @@ def flipped(images: Tensor, plan: StepPlan, setup: TrainingSetup, settings: Trai
     """Random horizontal flips, done on the device. The coins are tossed in this thread for the whole global
     batch in order (so any number of loader workers and ranks toss the same), a rank taking its rows'
     share; selecting flipped or original pixels is exact, so CPU runs are unchanged."""
-    if not settings.horizontal_flip or images.is_floating_point():  # cached trunk features are not flipped
+    flip = flip_coins(images, plan, setup, settings)
+    if flip is None:
         return images
+    return torch.where(flip.to(images.device).view(-1, 1, 1, 1), images.flip(dims=[2]), images)
+
+
+def flip_coins(images: Tensor, plan: StepPlan, setup: TrainingSetup, settings: TrainSettings) -> Tensor | None:
+    """This rank's rows' coins (host bool ``[rows]``), or None when nothing is flipped."""
+    if not settings.horizontal_flip or images.is_floating_point():  # cached trunk features are not flipped
+        return None
     coins = torch.rand(len(plan.merged.rows), generator=setup.flip_generator) < 0.5
-    flip = coins[plan.offset : plan.offset + len(plan.local.rows)].to(images.device)
-    return torch.where(flip.view(-1, 1, 1, 1), images.flip(dims=[2]), images)
+    return coins[plan.offset : plan.offset + len(plan.local.rows)]
 
 
 def train_step(

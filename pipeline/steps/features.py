@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from models.backbones import build_trunk
+from models.devices import inference_batch_size
 from models.encoders import frozen_trunk_features, resize_batch
 from models.loader import LoaderSettings, prefetched
 
@@ -21,15 +22,18 @@ def trunk_feature_batches(
     image_size: int,
     spatial: bool,
     seed: int,
-    batch_size: int = 128,
-    device: str = "cpu",
+    batch_size: int | None = None,
+    device: str | torch.device = "cpu",
 ) -> tuple[Iterator[np.ndarray], bool]:
     """Trunk features of every row of the image cache ``images`` (uint8 ``[R, S, S, 3]``), resized to
     ``image_size``, as batches of ``batch_size`` rows in row order: pooled ``float32 [B, C]``, or with
     ``spatial`` the map ``float16 [B, C, h, w]`` (PVSE attends over its cells; half precision halves the
     cache, and the trained layers work in float32). Also returns whether ImageNet weights were loaded
-    (otherwise: the seeded random init, with a warning).
+    (otherwise: the seeded random init, with a warning). ``batch_size`` None: 128 on the CPU (the size every
+    CPU cache was computed with), larger on a GPU (:func:`models.devices.inference_batch_size`).
     """
+    if batch_size is None:
+        batch_size = inference_batch_size(device, 128, image_size=image_size)
     torch.manual_seed(seed)
     # weights channels_last too (frozen_trunk_features feeds channels_last input)
     trunk = build_trunk(backbone, pretrained).to(device, memory_format=torch.channels_last).eval()

@@ -1,0 +1,103 @@
+"""The GPU check's logic that needs no GPU: the bf16-vs-fp32 verdict, the device audit of a run root, the
+speed table. (The CPU lane itself, ``python benchmarks/gpu_check.py --cpu-lane``, takes minutes on two shared
+cores: docs/gpu.md gives the command.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.bf16_check import compare, verdict_line
+from benchmarks.gpu_check_runs import NETWORK_FAMILIES, device_failures, full_run_command, recorded_devices
+
+
+def runs(r1: list[tuple[float, float]], curve: list[list[float]]) -> list[dict]:
+    """One run per seed: test 5-way R@1 (i2t, t2i) and a validation curve."""
+    return [
+        {"seed": seed, "test_5way_r1": {"i2t": i2t, "t2i": t2i}, "curves": {"val_nway_r1": values, "val_loss": []}}
+        for seed, ((i2t, t2i), values) in enumerate(zip(r1, curve, strict=True))
+    ]
+
+
+def test_bf16_within_the_seed_spread_learns_the_same():
+    fp32 = runs([(0.60, 0.58), (0.64, 0.61)], [[0.3, 0.5], [0.34, 0.55]])
+    bf16 = runs([(0.61, 0.59), (0.63, 0.60)], [[0.31, 0.52], [0.33, 0.54]])
+    result = compare(fp32, bf16)
+    assert result["same"]
+    assert result["test_5way_r1"]["i2t"]["mean_bf16_minus_fp32"] == pytest.approx(0.0)
+    assert result["test_5way_r1"]["i2t"]["seed_spread"] == pytest.approx(0.04)
+    assert "learns what fp32 learns" in verdict_line(result, "GPU")
+
+
+def test_bf16_beyond_the_seed_spread_differs():
+    fp32 = runs([(0.60, 0.58), (0.61, 0.59)], [[0.3, 0.5], [0.31, 0.51]])
+    bf16 = runs([(0.50, 0.58), (0.52, 0.59)], [[0.3, 0.5], [0.31, 0.51]])
+    result = compare(fp32, bf16)
+    assert not result["same"] and not result["test_5way_r1"]["i2t"]["within_spread"]
+    assert result["test_5way_r1"]["t2i"]["within_spread"]
+    assert "DIFFERS" in verdict_line(result, "GPU") and "amp=off" in verdict_line(result, "GPU")
+
+
+def test_a_curve_apart_from_the_seeds_differs_too():
+    fp32 = runs([(0.6, 0.6), (0.6, 0.6)], [[0.30, 0.50], [0.31, 0.51]])
+    bf16 = runs([(0.6, 0.6), (0.6, 0.6)], [[0.30, 0.40], [0.31, 0.41]])
+    result = compare(fp32, bf16)
+    assert not result["curves"]["val_nway_r1"]["within_spread"] and not result["same"]
+    assert result["curves"]["val_nway_r1"]["largest_gap"] == pytest.approx(0.10)
+
+
+def test_the_seeds_must_match():
+    with pytest.raises(ValueError, match="seeds"):
+        compare(runs([(0.6, 0.6)], [[0.3]]), [{**runs([(0.6, 0.6)], [[0.3]])[0], "seed": 7}])
+
+
+def write_meta(root, family: str, signature: str, meta: dict) -> None:
+    folder = root / family / signature
+    folder.mkdir(parents=True)
+    (folder / "_meta.json").write_text(json.dumps(meta))
+
+
+def test_every_network_stage_must_record_the_device(tmp_path):
+    for family in NETWORK_FAMILIES:
+        write_meta(tmp_path, family, "a1", {"device": "cuda:0"})
+    write_meta(tmp_path, "Train", "b2", {"device": "cuda:0"})
+    write_meta(tmp_path, "Train", "c3.partial", {"device": "cpu"})  # unfinished: not counted
+    devices = recorded_devices(tmp_path)
+    assert devices["Train"] == ["cuda:0", "cuda:0"]
+    assert device_failures(devices, "cuda") == []
+    write_meta(tmp_path, "Evaluate", "d4", {"device": "cpu"})
+    write_meta(tmp_path, "Cocos", "e5", {})
+    problems = device_failures(recorded_devices(tmp_path), "cuda")
+    assert problems == ["Evaluate: cpu", "Cocos: missing"]
+
+
+def test_a_family_without_outputs_fails(tmp_path):
+    write_meta(tmp_path, "Train", "a1", {"device": "cpu"})
+    problems = device_failures(recorded_devices(tmp_path), "cpu")
+    assert "TrunkFeatures: no output" in problems and not any(p.startswith("Train") for p in problems)
+
+
+def test_the_runs_are_the_documented_commands(tmp_path):
+    smoke = full_run_command("smoke", tmp_path, 4, 0, 0)
+    assert smoke[1:6] == ["-m", "luigi", "--module", "pipeline", "FullRun"] and "--workers" in smoke
+    paper = full_run_command("paper", tmp_path, None, 2000, 2)
+    assert "--workers" not in paper  # the default workers of luigi.cfg
+    assert "data.options.n_pairs=2000" in paper and "train.pretrained=false" in paper
+
+
+@pytest.mark.slow
+def test_the_bf16_check_runs_end_to_end_at_toy_size(tmp_path):
+    """``bf16_check.py --smoke``: two smoke FullRuns (amp off, amp bf16; seeds 0 and 1) read back through their
+    Reports. On the CPU autocast is off, so both precisions must give the very same numbers (~40 s)."""
+    from benchmarks.bf16_check import main
+
+    result = main(["--smoke", "--run-root", str(tmp_path / "runs"), "--out", str(tmp_path / "bf16.json")])
+    fp32, bf16 = result["runs"]["fp32"], result["runs"]["bf16"]
+    assert fp32["report"] != bf16["report"]  # amp is in the hash: two Reports, two sets of Trains
+    assert [run["seed"] for run in fp32["runs"]] == [run["seed"] for run in bf16["runs"]] == [0, 1]
+    for a, b in zip(fp32["runs"], bf16["runs"], strict=True):
+        assert a["train"] != b["train"]
+        assert a["test_5way_r1"] == b["test_5way_r1"] and a["curves"] == b["curves"]
+        assert len(a["curves"]["val_nway_r1"]) == 2 and a["n_way"] == 5
+    assert result["comparison"]["same"] and json.loads((tmp_path / "bf16.json").read_text())["verdict"]
