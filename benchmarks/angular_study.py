@@ -73,7 +73,7 @@ def planned_trains(root: str, profile: str, seeds: list[int]) -> list[tuple[str,
             setting,
             variant,
             seed,
-            Train(run_root=root, profile=profile, variant=variant, seed=seed, variant_overrides=overrides),
+            Train(run_root=root, profile=profile, variant=variant, seed=seed, point=overrides),
         )
         for factor, setting, variants, overrides in FACTORS
         for variant in variants
@@ -87,7 +87,7 @@ def validation_ranking(train: Train) -> dict[str, float]:
     inputs = train.clone(Evaluate).requires()
     settings = train.train_settings()
     data, manifest = load_pair_data(inputs, settings.max_text_tokens)
-    model, _ = load_trained_model(inputs, data)
+    model, _ = load_trained_model(inputs)
     rows = np.flatnonzero((manifest["split"] == "val").to_numpy())
     with torch.no_grad():
         embedded = embed_pairs(model, next(model.parameters()).device, data, rows, settings.image_size)

@@ -25,7 +25,7 @@ from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
 from models.vse import VSEModel
 from pipeline.config.profiles import DEMO
-from pipeline.config.variants import resolve_variant
+from pipeline.config.variants import VARIANTS
 
 FROZEN_FEATURE_DIM = 1280  # EfficientNet-Lite0's pooled features
 
@@ -45,7 +45,7 @@ def synthetic_pairs(
 
 
 def time_epoch(variant: str, mode: str, data: PairData, n_train: int, settings, k: int) -> float:
-    spec = resolve_variant(variant)
+    spec = VARIANTS[variant]
     torch.manual_seed(0)
     feature_dim = None if data.image_features is None else FROZEN_FEATURE_DIM
     config = EncoderConfig.from_settings(

@@ -203,7 +203,7 @@ def stage_tasks(stage: str, size: int, run_root: Path, profile: str) -> list[Any
         "dataset_options": {"n_pairs": size},
         "run_root": str(run_root),
     }
-    trained = {**common, "variant": VARIANT, "seed": 0, "variant_overrides": ONE_EPOCH}
+    trained = {**common, "variant": VARIANT, "seed": 0, "point": ONE_EPOCH}
     split = Split(**common)
     tasks = {
         "validate_cache": lambda: [PrepareShard(**common), PrepareDataset(**common)],

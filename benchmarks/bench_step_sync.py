@@ -32,7 +32,7 @@ from models.training import PairData, Trainer
 from models.training.step import StepLog
 from models.vse import VSEModel
 from pipeline.config.profiles import DEMO
-from pipeline.config.variants import resolve_variant
+from pipeline.config.variants import VARIANTS
 
 VOCAB, WORD_DIM, FEATURES = 5000, 200, 1280
 
@@ -51,7 +51,7 @@ def synthetic_pairs(n: int, max_tokens: int) -> PairData:
 
 def build_trainer(work_dir: Path, device: torch.device, n: int) -> Trainer:
     settings = replace(DEMO.train, pretrained=False, selection="val_loss")  # steps only: nothing validated
-    spec = resolve_variant("ours")
+    spec = VARIANTS["ours"]
     torch.manual_seed(0)
     config = EncoderConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32), FEATURES)
     losses = spec.build_losses()

@@ -39,7 +39,7 @@ from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
 from models.vse import VSEModel
 from pipeline.config.profiles import PAPER
-from pipeline.config.variants import resolve_variant
+from pipeline.config.variants import VARIANTS
 
 VOCAB, WORD_DIM = 5000, 200
 #: every speed setting off: the loop as it was before issue 13
@@ -73,7 +73,7 @@ def build_trainer(
     distributed=None,
     static_step: bool = False,
 ) -> Trainer:
-    spec = resolve_variant("ours")
+    spec = VARIANTS["ours"]
     torch.manual_seed(0)
     config = EncoderConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32))
     losses = spec.build_losses()

@@ -11,11 +11,11 @@ given them), e.g. Ours with in-batch neighbors against Ours with neighbors as ex
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 from pathlib import Path
 
 import numpy as np
+from compare_run_roots import point_of  # this folder (a script: its folder is on sys.path)
 
 from evaluation.evaluate import HEADLINE_PRESERVATION
 from evaluation.statistics import paired_bootstrap_items_and_seeds
@@ -28,7 +28,7 @@ def outcomes(run_root: Path, variant: str, overrides: dict) -> dict[str, dict[in
         meta = json.loads(meta_path.read_text())
         params = meta["params"]
         # _meta.json keeps parameters as Python reprs
-        if params["variant"] != variant or ast.literal_eval(params["variant_overrides"] or "{}") != overrides:
+        if params["variant"] != variant or point_of(params) != overrides:
             continue
         folder, seed = meta_path.parent, int(params["seed"])
         for direction in ("i2t", "t2i"):

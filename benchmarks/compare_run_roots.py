@@ -62,11 +62,17 @@ def differences(a: Any, b: Any, where: str = "", added_ok: bool = False) -> list
     return [] if a == b else [f"{where}: {str(a)[:80]} != {str(b)[:80]}"]
 
 
+def point_of(params: dict[str, str]) -> dict:
+    """A run's changes to its variant as its ``_meta.json`` keeps them (``point`` since 1.0; a root made before
+    by ``variant_overrides``): the roots compared may come from either side of that change."""
+    return ast.literal_eval(params.get("point", params.get("variant_overrides")) or "{}")
+
+
 def evaluations(root: Path, renames: list[tuple[str, str]], ignore_overrides: bool = False) -> dict[tuple, Any]:
     found = {}
     for meta_path in sorted(root.glob("Evaluate/*/_meta.json")):
         params = json.loads(meta_path.read_text())["params"]
-        overrides = "" if ignore_overrides else str(ast.literal_eval(params["variant_overrides"] or "{}"))
+        overrides = "" if ignore_overrides else str(point_of(params))
         key = (params["variant"], int(params["seed"]), overrides)
         found[key] = normalised(json.loads((meta_path.parent / "metrics.json").read_text()), renames)
     return found

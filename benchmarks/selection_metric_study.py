@@ -82,7 +82,7 @@ def train_one(job: dict[str, Any]) -> str:
         run_root=job["root"],
         variant=job["variant"],
         seed=job["seed"],
-        variant_overrides=job["overrides"],
+        point=job["overrides"],
         **job["dataset"],
     )
     epochs: list[dict[str, QueryRanks]] = []

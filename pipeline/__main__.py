@@ -31,15 +31,14 @@ def show_plan(argv: list[str]) -> int:
     """Print the run plan of ``FullRun <argv>`` and each task's status; ``--json``: the plan as JSON."""
     import json
 
-    from pipeline.run.status import format_task_plan, plan_summary, resolved_plan, task_plan
+    from pipeline.run.status import format_task_plan, plan_summary, task_plan
 
     as_json = "--json" in argv
     argv = [arg for arg in argv if arg != "--json"]
     with CmdlineParser.global_instance(["--module", "pipeline", "FullRun", *argv]) as parser:
-        run = parser.get_task_obj()  # checks the names and the --set changes: one line, exit 2
-        report = run.report()
+        run = parser.get_task_obj()  # resolves and checks the plan: one line, exit 2
         planned = task_plan(run.requires())
-        plan = resolved_plan(report)
+        plan = {**run.run_plan.summary(), "plan": run.plan_id}
         if as_json:
             plan["tasks"] = [
                 {"task": f"{p.family}/{p.task.signature()}", "label": p.label(), "status": p.status, "reason": p.reason}

@@ -19,7 +19,18 @@ PLAN_FOLDER, PLAN_FILE = "RunPlan", "run_plan.json"
 
 
 def _meta(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / META_FILE).read_text())
+    """A task output's ``_meta.json`` (written last, so its presence means the output is whole); one line when it
+    is missing or damaged."""
+    path = Path(folder) / META_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BundleError(f"{folder} is not a finished task output ({META_FILE} is missing): run its task again") from None
+    except (OSError, ValueError) as error:
+        raise BundleError(f"{path} is damaged ({type(error).__name__}: {error}): run its task again") from None
+    if not isinstance(meta, dict):
+        raise BundleError(f"{path} is damaged (not a JSON object): run its task again")
+    return meta
 
 
 def _output(folder: Path, name: str) -> Path:
@@ -27,7 +38,10 @@ def _output(folder: Path, name: str) -> Path:
     outputs = _meta(folder).get("outputs", {})
     if name not in outputs:
         raise BundleError(f"{folder / META_FILE} names no output {name!r}: the folder was not written by this version")
-    return folder / outputs[name]
+    path = Path(folder) / outputs[name]
+    if not path.exists():
+        raise BundleError(f"{path} is missing from a finished output: the folder was changed since; run its task again")
+    return path
 
 
 def _tail(path: str | Path) -> tuple[str, str]:

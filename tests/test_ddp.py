@@ -26,7 +26,7 @@ from models.encoders import EncoderConfig
 from models.registry import build_model
 from models.settings import TrainSettings
 from models.training import LAST_CHECKPOINT, PairData, StepPlan, Trainer
-from pipeline.config.variants import resolve_variant
+from pipeline.config.variants import VARIANTS
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,7 @@ def tiny_data(spatial: bool) -> PairData:
 def make_trainer(
     variant: str, mode: str, work_dir: Path, distributed: Distributed, epochs: int = 3
 ) -> Trainer:
-    spec = resolve_variant(variant)
+    spec = VARIANTS[variant]
     options = {"dropout": 0.0} if spec.model == "pvse" else {}  # dropout masks differ between layouts
     torch.manual_seed(0)
     settings = replace(SETTINGS, neighbor_mode=mode, epochs=epochs)
@@ -257,7 +257,7 @@ def test_train_with_two_processes_launches_torchrun_and_matches_one_process_on_t
     from tests.luigi_runs import build
 
     common = {"profile": "smoke", "run_root": str(tmp_path), "variant": "ours"}
-    two = Train(**common, variant_overrides={"train": {"batch_size": 8, "nproc_per_node": 2}})
+    two = Train(**common, point={"train": {"batch_size": 8, "nproc_per_node": 2}})
     one = Train(**common)  # the smoke profile's batch of 16
     result, _ = build([two, one])
     assert result.status.name == "SUCCESS", result.summary_text
@@ -281,7 +281,7 @@ def test_torchrun_command_single_node_standalone_and_multi_node_rendezvous(tmp_p
     from pipeline.engine.torchrun import ENTRY_POINT, torchrun_command
 
     def command(**train) -> list[str]:
-        task = Train(profile="smoke", run_root=str(tmp_path), variant_overrides={"train": train})
+        task = Train(profile="smoke", run_root=str(tmp_path), point={"train": train})
         return torchrun_command(task, tmp_path / "work", task.train_settings())
 
     single = command(nproc_per_node=4)
@@ -294,6 +294,6 @@ def test_torchrun_command_single_node_standalone_and_multi_node_rendezvous(tmp_p
     with pytest.raises(ValueError, match="rdzv_endpoint"):
         command(nproc_per_node=8, nnodes=2)
     # the endpoint is where to meet, not what is trained: it does not change the Train's output
-    a = Train(profile="smoke", variant_overrides={"train": {"nnodes": 2, "rdzv_endpoint": "a:1"}})
-    b = Train(profile="smoke", variant_overrides={"train": {"nnodes": 2, "rdzv_endpoint": "b:2"}})
+    a = Train(profile="smoke", run_root=str(tmp_path), point={"train": {"nnodes": 2, "rdzv_endpoint": "a:1"}})
+    b = Train(profile="smoke", run_root=str(tmp_path), point={"train": {"nnodes": 2, "rdzv_endpoint": "b:2"}})
     assert a.signature() == b.signature()

@@ -55,7 +55,9 @@ def test_export_follows_the_named_report_and_refuses_what_its_index_does_not_set
     assert sorted(p.name for p in (root / "Report").iterdir()) == sorted([first, second])
     index = json.loads((root / "Report" / second / "run_index.json").read_text())["runs"]
     assert [(r["variant"], r["seed"], r["protocol"]) for r in index] == [("ours", 0, "shared")]
-    assert index[0]["variant_overrides"] == {"train": {"learning_rate": OTHER_LEARNING_RATE}}
+    assert index[0]["point"] == {}, "a shared run has no trial point: the change is the run plan's"
+    plan = json.loads((root / "Report" / second / "run_plan.json").read_text())
+    assert plan["variants"]["ours"]["train"]["learning_rate"] == OTHER_LEARNING_RATE
 
     # the newest report by default, said
     code, err = export(str(root), str(tmp_path / "newest"), "--variant", "ours")
@@ -85,11 +87,14 @@ def test_export_follows_the_named_report_and_refuses_what_its_index_does_not_set
     code, err = export(str(root), str(tmp_path / "x"), "--variant", "ang_np_sym", "--report", second[:6])
     assert code == 2 and "holds no run of variant 'ang_np_sym'; its variants: ours" in err
 
-    # a report from before run indexes: one line that says how to get one
+    # a report whose index was removed, or whose metadata is damaged: one line each
     (root / "Report" / second / "run_index.json").unlink()
     code, err = export(str(root), str(tmp_path / "old"), "--variant", "ours", "--report", second[:6])
-    assert code == 2 and "run the same FullRun command again (only its Report is rebuilt)" in err
-    # and the pipeline takes such a report as incomplete: the same command rebuilds it in place
+    assert code == 2 and err.count("\n") == 1 and "run_index.json is missing from a finished output" in err
+    (root / "Report" / second / "_meta.json").write_text("{not json")
+    code, err = export(str(root), str(tmp_path / "old"), "--variant", "ours")
+    assert code == 2 and err.count("\n") == 1 and "_meta.json is damaged" in err
+    # and the pipeline takes a report with damaged metadata as incomplete: the same command rebuilds it in place
     assert not second_run.requires().complete()
     result, ran = build([second_run])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS, result.summary_text

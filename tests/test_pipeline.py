@@ -45,7 +45,7 @@ def test_smoke_full_run_succeeds_and_reports_every_variant(smoke_run):
     families = ran.families()
     n_runs = sum(len(SMOKE.seeds_for(variant)) for variant in paper_grid(caption_groups=False))
     assert n_runs > len(paper_grid(caption_groups=False)), "the headline rows run several seeds"
-    shared = [t for t in ran.ran if t.get_task_family() == "Evaluate" and not t.variant_overrides]
+    shared = [t for t in ran.ran if t.get_task_family() == "Evaluate" and not t.point]
     assert len(shared) == n_runs
     # the tuned protocol: a Tune and TunedRuns per tuned variant; no Train or Evaluate ran twice
     tuned = [variant for variant in paper_grid(caption_groups=False) if VARIANTS[variant].search_space]
@@ -107,7 +107,7 @@ def test_changing_a_loss_weight_reruns_only_that_variant(smoke_run):
     task, _, _, root = smoke_run
     before = {p.parent for p in Path(root).glob(f"*/*/{META_FILE}")}
     changed = FullRun(
-        profile="smoke", run_root=str(root), variant_overrides={"ours": {"within_modality": {"alpha": 0.5}}}
+        profile="smoke", run_root=str(root), variant_overrides={"ours": {"within_modality": {"text_weight": 0.5}}}
     )
     result, ran = build([changed])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
@@ -120,7 +120,7 @@ def test_changing_a_loss_weight_reruns_only_that_variant(smoke_run):
     after = {p.parent for p in Path(root).glob(f"*/*/{META_FILE}")}
     assert before <= after, "an ablation never overwrites an earlier result"
     new_train = [t for t in ran.ran if isinstance(t, Train)][0]
-    assert new_train.meta()["config"]["variant"]["losses"][1]["params"]["alpha"] == 0.5
+    assert new_train.meta()["config"]["variant"]["losses"][1]["params"]["alpha"] == 0.5, "hashed as the paper's α"
 
 
 def test_finetuned_trunk_trains_end_to_end_on_pixels(smoke_run):

@@ -157,7 +157,7 @@ def test_recipe_fixture_trains_in_smoke_full_run(recipe, recipe_runs):
         assert (manifest.groupby("group_id")["split"].nunique() == 1).all()
 
     planned = [variant for variant in expected.variants for _ in SMOKE.seeds_for(variant)]
-    shared = [train for train in run.trained if not train.variant_overrides]
+    shared = [train for train in run.trained if not train.point]
     assert sorted(train.variant for train in shared) == sorted(planned)
     if recipe == TUNED_RECIPE:  # the tuned protocol on a user's own table: its trials and its report seeds
         payload = report_json["protocols"]

@@ -11,7 +11,8 @@ from pathlib import Path
 import luigi
 import pytest
 
-from pipeline import FullRun, code_versions
+from pipeline import FullRun
+from pipeline.engine import code_versions
 from pipeline.engine.task import META_FILE
 from pipeline.run.status import DONE, KEPT, STALE, task_plan
 from tests.luigi_runs import build, copied_root

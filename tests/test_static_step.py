@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from pipeline.config.variants import VARIANTS as VARIANT_TABLE
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 from torch.overrides import TorchFunctionMode
@@ -25,7 +26,6 @@ from models.training import PairData, Trainer
 from models.training.checkpoint import load_optimizer_state
 from models.training.setup import build_optimizer
 from models.training.static_step import StaticStep, static_step_for
-from pipeline.variants import resolve_variant
 
 N_PAIRS, N_TRAIN, FEATURE_DIM, VOCAB, WIDTH = 44, 36, 12, 20, 7
 FROZEN = TrainSettings(
@@ -70,7 +70,7 @@ def frozen_trainer(
     case: str, work_dir: Path, static: bool, settings: TrainSettings = FROZEN, device: str = "cpu"
 ) -> Trainer:
     variant, mode = VARIANTS[case]
-    spec = resolve_variant(variant)
+    spec = VARIANT_TABLE[variant]
     options = {"dropout": 0.0} if spec.model == "pvse" else {}  # masks drawn at another width would differ
     settings = replace(settings, neighbor_mode=mode)
     torch.manual_seed(0)

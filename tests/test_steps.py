@@ -14,6 +14,7 @@ from common.hashing import stable_hash
 from models.doc2vec import infer_vectors
 from pipeline.config.profiles import Doc2VecSettings, WordVectorSettings
 from pipeline.config.variant_spec import VariantError
+from pipeline.config.plan import resolve_plan
 from pipeline.config.variants import VARIANTS
 from pipeline.engine.outputs import DiskFullError, atomic_directory, save_array, save_array_blocks
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec
@@ -172,9 +173,10 @@ def test_stable_hash_ignores_key_order():
     assert stable_hash({"a": 1}) != stable_hash({"a": 2})
 
 
-def resolve_variant(name: str, overrides: dict | None = None, loss_defaults: dict | None = None):
-    """A table row with a profile's loss defaults and changes, as the plan resolves it."""
-    return VARIANTS[name].with_loss_defaults(loss_defaults or {}).with_overrides(overrides or {})
+def resolve_variant(name: str, point: dict | None = None, profile: str = "paper"):
+    """Variant ``name`` as a run of ``profile`` builds it (the paper profile sets no loss defaults), with a
+    trial's ``point`` on top."""
+    return resolve_plan(profile, grid=[name]).variant(name, point)
 
 
 def test_variant_overrides_change_only_the_named_loss():
@@ -243,13 +245,8 @@ def test_every_registered_loss_is_selectable_as_a_variant():
 
 
 def test_profile_loss_defaults_fill_unset_parameters_and_overrides_win():
-    from pipeline.config.profiles import get_profile
-
-    defaults = get_profile("demo").loss_defaults
-    assert resolve_variant("pvse", loss_defaults=defaults).losses[0].params == {"max_violation": False}
-    assert resolve_variant("pvse").losses[0].params == {}, (
-        "the paper profile keeps PVSE's hardest negative"
-    )
-    overridden = resolve_variant("pvse", {"pvse_mil": {"max_violation": True}}, loss_defaults=defaults)
+    assert resolve_variant("pvse", profile="demo").losses[0].params == {"max_violation": False}
+    assert resolve_variant("pvse").losses[0].params == {}, "the paper profile keeps PVSE's hardest negative"
+    overridden = resolve_variant("pvse", {"pvse_mil": {"max_violation": True}}, profile="demo")
     assert overridden.losses[0].params == {"max_violation": True}
-    assert resolve_variant("ours", loss_defaults=defaults) == resolve_variant("ours")
+    assert resolve_variant("ours", profile="demo") == resolve_variant("ours")

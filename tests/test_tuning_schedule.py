@@ -158,7 +158,7 @@ def test_a_capped_run_continued_from_its_checkpoint_equals_an_uninterrupted_run(
 
     _, _, _, root = smoke_run
     overrides = {"train": {"learning_rate": 2e-3}}  # a run no other test trains
-    short = Train(profile="smoke", variant="ang_np_sym", seed=3, run_root=str(root), variant_overrides=overrides)
+    short = Train(profile="smoke", variant="ang_np_sym", seed=3, run_root=str(root), point=overrides)
     assert short.train_settings().epochs == 2
     copy = tmp_path / "runs"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns("Train", "Evaluate", "Cocos", "Tune*", "Report", "SearchIndex"))
@@ -170,7 +170,7 @@ def test_a_capped_run_continued_from_its_checkpoint_equals_an_uninterrupted_run(
     summary = continued.meta()["summary"]
     assert summary["continued_from"] == str(short.output_dir()) and summary["resumed_from_epoch"] == 2
 
-    straight = Train(**{**continued.param_kwargs, "run_root": str(copy), "continue_from_epochs": 0})
+    straight = Train(profile="smoke", variant="ang_np_sym", seed=3, run_root=str(copy), point=continued.point)
     result, _ = build([straight])
     assert result.status.name == "SUCCESS"
     assert straight.meta()["summary"]["continued_from"] is None

@@ -190,9 +190,15 @@ class HashedTask(luigi.Task):
         return "code: " + (", ".join(changed) or "an input was made by older code")
 
     def complete(self) -> bool:
-        """The output exists, was made by today's code (or ``--keep-stale`` keeps an older one), and the
-        dynamic dependencies it was made from are complete too."""
+        """The output exists with a readable ``_meta.json`` (a damaged one is made again in place), was made by
+        today's code (or ``--keep-stale`` keeps an older one), and the dynamic dependencies it was made from
+        are complete too."""
         if not super().complete():
+            return False
+        try:
+            self.meta()
+        except (OSError, ValueError):
+            logger.warning("%s: its %s is damaged: making it again", self.output_dir(), META_FILE)
             return False
         if not (self.keep_stale or self.stale_reason() is None):
             return False
