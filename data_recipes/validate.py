@@ -215,13 +215,17 @@ def validate_records(
 
 
 def _sniff(path: Path) -> str:
-    """A short description of a non-image file's first bytes (HTML error pages saved as .jpg are common)."""
+    """What kind of non-image file ``path`` is (HTML error pages saved as .jpg are common), without quoting
+    any of its bytes: a row may point at any file the process can read (``/etc/passwd``), and the reason
+    goes into ``rejects.csv``, the index's listing and the reports."""
     with open(path, "rb") as handle:
         head = handle.read(64)
     lowered = head.lstrip().lower()
-    if lowered.startswith((b"<!doctype html", b"<html", b"<head", b"<?xml", b"<svg")):
-        return f"file is markup, not an image (starts with {head[:24]!r})"
-    return f"unknown format (starts with {head[:16]!r})"
+    if lowered.startswith((b"<!doctype html", b"<html", b"<head")):
+        return "not an image file (HTML markup, e.g. an error page saved under an image's name)"
+    if lowered.startswith((b"<?xml", b"<svg")):
+        return "not an image file (XML or SVG markup, which is not decoded)"
+    return "not an image file (unrecognised format)"
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:

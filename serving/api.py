@@ -1,16 +1,16 @@
 """The JSON API and the web page of ``crossmodal serve`` (FastAPI; see docs/serving.md for the endpoints).
 
 Every input a user can get wrong is answered with a 4xx and ``{"error": message, "reason": code}``, never a
-crash: the app keeps answering. Bodies are read no further than their limit; a server bound off the loopback
-interface requires its token (serving/access.py); item paths are shown relative to the gallery root. Model
-inference runs in FastAPI's thread pool (the endpoints are plain functions), so concurrent requests queue
-there instead of blocking the event loop.
+crash: the app keeps answering. Bodies are read no further than their limit and JSON is parsed within a depth
+bound (serving/bodies.py); a server bound off the loopback interface requires its token, one without a token
+answers only requests addressed to this machine (serving/access.py); item paths are shown relative to the
+gallery root. Model inference runs in FastAPI's thread pool (the endpoints are plain functions), so concurrent
+requests queue there instead of blocking the event loop.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -26,13 +26,12 @@ from fastapi.staticfiles import StaticFiles
 from PIL import Image
 
 from data_recipes.validate import DEFAULT_MAX_PIXELS, ImageRejected
-from serving.access import PUBLIC_PREFIXES, TOKEN_COOKIE, TOKEN_HEADER, Access
+from serving.access import PUBLIC_PREFIXES, TOKEN_COOKIE, TOKEN_HEADER, Access, HostCheck
+from serving.bodies import MULTIPART_OVERHEAD, ApiError, bounded_form, json_body
 from serving.embed import QueryError
 from serving.search import MAX_K, Hit, Searcher, UnknownItem
 
 STATIC_DIR = Path(str(resources.files("serving") / "static"))
-#: multipart framing around an uploaded file (boundaries, headers) allowed on top of the size limit
-MULTIPART_OVERHEAD = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -45,16 +44,12 @@ class ServeSettings:
     max_query_bytes: int = 1024 * 1024
     #: the token every route but the static files requires (serving/access.py)
     access: Access = Access(None)
+    #: the Host names answered (serving/access.py: always localhost and loopback addresses)
+    hosts: HostCheck = HostCheck(frozenset())
     #: item paths as stored (absolute); by default relative to the gallery root
     absolute_paths: bool = False
     #: serve /openapi.json and a page listing the endpoints (/docs, from the package; no CDN)
     api_docs: bool = False
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
 
 
 class PathDisplay:
@@ -91,6 +86,10 @@ def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> Fas
 
     @app.middleware("http")
     async def require_token(request: Request, call_next):  # noqa: ANN001, ANN202 - Starlette's signature
+        host = request.headers.get("host")
+        if not settings.hosts.allows(host):
+            # before anything else, static files included: a rebound page learns nothing, not even the page
+            return error(403, "host_not_allowed", settings.hosts.refusal(host or ""))
         access = settings.access
         if access.token is None or request.url.path.startswith(PUBLIC_PREFIXES):
             return await call_next(request)
@@ -184,16 +183,18 @@ def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> Fas
         k: int = Query(10, ge=1, le=MAX_K),
         against: str = Query("text", pattern="^(image|text)$"),
     ) -> dict[str, Any]:
-        declared = declared_length(request)
-        if declared is not None and declared > settings.max_upload_bytes + MULTIPART_OVERHEAD:
-            raise ApiError(413, "too_large", _too_large(declared, settings.max_upload_bytes))
-        form = await request.form(max_files=1, max_fields=4)
-        upload = form.get("file")
-        if upload is None or isinstance(upload, str):
-            raise ApiError(400, "no_file", "send the image as multipart form field 'file'")
-        data = await upload.read(settings.max_upload_bytes + 1)
+        # counted while the bytes arrive: a chunked upload declares no length
+        form = await bounded_form(request, settings.max_upload_bytes + MULTIPART_OVERHEAD, _UPLOAD_OPTION)
+        try:
+            upload = form.get("file")
+            if upload is None or isinstance(upload, str):
+                raise ApiError(400, "no_file", "send the image as multipart form field 'file'")
+            data = await upload.read(settings.max_upload_bytes + 1)
+        finally:
+            await form.close()  # the spooled file now, not at garbage collection
         if len(data) > settings.max_upload_bytes:
-            raise ApiError(413, "too_large", _too_large(len(data), settings.max_upload_bytes))
+            limit = settings.max_upload_bytes
+            raise ApiError(413, "too_large", f"the image is over the limit of {limit} bytes{_UPLOAD_OPTION}")
         hits = await run_in_threadpool(_search_upload, searcher, data, k, against, settings.max_image_pixels)
         return results({"image": upload.filename, "k": k, "against": against}, hits)
 
@@ -227,8 +228,7 @@ def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> Fas
     return app
 
 
-def _too_large(size: int, limit: int) -> str:
-    return f"the upload is {size} bytes; the limit is {limit} bytes (crossmodal serve --max-upload-mb)"
+_UPLOAD_OPTION = " (crossmodal serve --max-upload-mb)"
 
 
 def _k(body: dict[str, Any]) -> int:
@@ -236,36 +236,6 @@ def _k(body: dict[str, Any]) -> int:
     if isinstance(k, bool) or not isinstance(k, int):
         raise ApiError(422, "invalid_request", f"k: must be an integer from 1 to {MAX_K}, got {k!r}")
     return k
-
-
-def declared_length(request: Request) -> int | None:
-    """The body size the client declared (``Content-Length``), None when it declared none; a 400 when it is
-    not a byte count."""
-    declared = request.headers.get("content-length")
-    if declared is not None and not declared.isdigit():
-        raise ApiError(400, "bad_content_length", f"Content-Length {declared!r} is not a byte count")
-    return None if declared is None else int(declared)
-
-
-async def json_body(request: Request, limit: int) -> dict[str, Any]:
-    """The request's JSON object, read no further than ``limit`` bytes (413 beyond, whatever the client
-    declared); a body that is not a JSON object is a 400."""
-    declared = declared_length(request)
-    if declared is not None and declared > limit:
-        raise ApiError(413, "too_large", f"the query is {declared} bytes; the limit is {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, "too_large", f"the query is over {limit} bytes, the limit")
-        chunks.append(chunk)
-    try:
-        body = json.loads(b"".join(chunks))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ApiError(400, "invalid_json", f"the body is not JSON: {error}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", "the body must be a JSON object")
-    return body
 
 
 def _search_upload(searcher: Searcher, data: bytes, k: int, against: str, max_pixels: int) -> list[Hit]:

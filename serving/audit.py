@@ -17,6 +17,7 @@ its weights on labelled data, which an archive does not have); ``--weights`` cha
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from data_recipes.manifest import integer_group_ids
 from evaluation.document import Document
 from evaluation.embeddings import chunk_rows
 from serving.bundle import Bundle, load_bundle
+from serving.embed import inference_device
 from serving.table_evaluation import EvaluationError, ValidatedTable, doc2vec_vectors, embed_table, read_table
 
 DEFAULT_K = 10
@@ -47,9 +49,11 @@ class AuditSettings:
     def __post_init__(self) -> None:
         if self.k < 1:
             raise EvaluationError(f"--k must be >= 1, got {self.k}")
-        if len(self.weights) != 3 or any(w < 0 for w in self.weights) or not any(self.weights):
+        # nan passes "w < 0" and inf makes every score ±inf or nan: both are refused here, by name
+        finite = all(math.isfinite(w) for w in self.weights)
+        if len(self.weights) != 3 or not finite or any(w < 0 for w in self.weights) or not any(self.weights):
             raise EvaluationError(
-                f"--weights takes three non-negative numbers, not all 0, got {list(self.weights)}"
+                f"--weights takes three finite non-negative numbers, not all 0, got {list(self.weights)}"
             )
 
 
@@ -71,6 +75,21 @@ def nearest_others(vectors: np.ndarray, group_ids: np.ndarray, k: int) -> np.nda
     return out
 
 
+def neighborhood_k(group_ids: np.ndarray, k: int) -> int:
+    """The k the neighborhoods use: ``k``, or fewer when a pair has fewer pairs of other groups (what
+    ``summary.json`` records, beside the k asked for)."""
+    n = len(group_ids)
+    if n < 2:
+        raise EvaluationError(f"auditing needs at least 2 valid pairs, got {n}")
+    others = n - np.bincount(np.unique(group_ids, return_inverse=True)[1]).max()
+    used = min(k, int(others))
+    if used < 1:
+        raise EvaluationError(
+            "every valid pair belongs to one group: there is no neighborhood to compare with"
+        )
+    return used
+
+
 def audit_components(
     image: np.ndarray, text: np.ndarray, doc_vectors: np.ndarray, group_ids: np.ndarray, k: int
 ) -> dict[str, np.ndarray]:
@@ -78,15 +97,7 @@ def audit_components(
     images are nearest this image of 1 − cos(this text, their text); ``text_neighborhood`` = mean over the k
     pairs whose texts are nearest this text by Doc2Vec of 1 − cos(this image, their image). Pairs of the same
     group (one image's several captions) are never each other's neighbors."""
-    n = len(image)
-    if n < 2:
-        raise EvaluationError(f"auditing needs at least 2 valid pairs, got {n}")
-    others = n - np.bincount(np.unique(group_ids, return_inverse=True)[1]).max()
-    k = min(k, int(others))
-    if k < 1:
-        raise EvaluationError(
-            "every valid pair belongs to one group: there is no neighborhood to compare with"
-        )
+    k = neighborhood_k(group_ids, k)
     image_u, text_u = _unit(image), _unit(text)
     cross = 1.0 - np.sum(image_u * text_u, axis=1)
     by_image = nearest_others(image_u, group_ids, k)
@@ -147,7 +158,7 @@ def audit(
     most suspicious share, in the ``pairs`` format); return the summary."""
     if flag_share is not None and not 0 < flag_share < 1:
         raise EvaluationError(f"--flag-share is a share of the pairs, between 0 and 1; got {flag_share}")
-    device = device or torch.device("cpu")
+    device = device or inference_device()
     bundle = load_bundle(bundle_path)
     size = int(bundle.image["cache_size"])
     with tempfile.TemporaryDirectory(prefix="crossmodal-audit-") as work:
@@ -164,7 +175,9 @@ def audit(
         "table": table.stats,
         "bundle": str(bundle_path),
         "bundle_id": bundle.bundle_id,
-        "k": settings.k,
+        # the k the neighborhoods used: fewer than asked when the table has fewer pairs of other groups
+        "k": neighborhood_k(integer_group_ids(table.pairs).to_numpy(), settings.k),
+        "k_asked": settings.k,
         "weights": dict(zip(COMPONENTS, settings.weights, strict=True)),
         "n_scored": len(frame),
     }
@@ -180,12 +193,18 @@ def audit(
     thumbs = out / "thumbs"
     thumbs.mkdir(exist_ok=True)
     for rank, pair_id in zip(shown["rank"], shown["pair_id"], strict=True):
-        Image.fromarray(np.asarray(table.pixels[size][row_of[pair_id]])).save(thumbs / f"{rank:04d}.png")
+        with atomic_path(thumbs / f"{rank:04d}.png") as tmp:  # a full disk names the file, leaves no half PNG
+            Image.fromarray(np.asarray(table.pixels[size][row_of[pair_id]])).save(tmp, format="PNG")
     with atomic_path(out / "report.md") as tmp:
         tmp.write_text(audit_document(summary, shown).to_markdown())
     with atomic_path(out / "summary.json") as tmp:
         tmp.write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _fewer(summary: dict[str, Any]) -> str:
+    asked = summary.get("k_asked", summary["k"])
+    return f", fewer than the {asked} asked: the table has only {summary['k']} pairs outside its largest group" if asked != summary["k"] else ""
 
 
 def audit_document(summary: dict[str, Any], shown: pd.DataFrame) -> Document:
@@ -195,7 +214,7 @@ def audit_document(summary: dict[str, Any], shown: pd.DataFrame) -> Document:
         f"{summary['n_scored']} valid pairs of {table['n_input']} scored ({table['n_rejected']} rejected, in "
         f"rejects.csv) with bundle {summary['bundle_id']}: the higher the score, the less likely the image and "
         f"the text belong together. Score = the standardised sum of the cross-modal distance, the image "
-        f"neighborhood's text distance and the text neighborhood's image distance (k = {summary['k']}, weights "
+        f"neighborhood's text distance and the text neighborhood's image distance (k = {summary['k']}{_fewer(summary)}, weights "
         f"{summary['weights']}; LEMoN, Zhang et al. 2025). Every pair, with each component: audit.csv."
         + (
             f" The {summary['n_flagged']} most suspicious pairs ({summary['flag_share']:.0%}) are left out of "

@@ -46,7 +46,7 @@ def _index(args: argparse.Namespace) -> None:
     import pandas as pd
 
     from serving.bundle import load_bundle
-    from serving.embed import Embedder
+    from serving.embed import Embedder, inference_device
     from serving.gallery import folder_manifest, read_gallery, table_manifest
     from serving.index import INDEX_FILE, GalleryIndex, GalleryIndexError, embed_into
 
@@ -82,7 +82,7 @@ def _index(args: argparse.Namespace) -> None:
             )
             + f"; {out} is unchanged"
         )
-    entry = embed_into(index, Embedder(bundle), batch, ", ".join(sources), progress=True)
+    entry = embed_into(index, Embedder(bundle, inference_device()), batch, ", ".join(sources), progress=True)
     search = index.meta["search"]
     print(
         f"Indexed {entry['added']} new items ({entry['n_images']} images, {entry['n_texts']} texts) into {out}; "
@@ -136,7 +136,9 @@ def _audit(args: argparse.Namespace) -> None:
     settings = AuditSettings(k=args.k, weights=tuple(args.weights))
     summary = audit(Path(args.bundle), Path(args.table), Path(args.out), settings, args.flag_share, args.top)
     print(
-        f"Audited {summary['n_scored']} pairs of {args.table} ({summary['table']['n_rejected']} rejected): "
+        f"Audited {summary['n_scored']} pairs of {args.table} ({summary['table']['n_rejected']} rejected"
+        + (f"; k = {summary['k']}, all the table allows of the {args.k} asked" if summary["k"] != args.k else "")
+        + "): "
         f"{Path(args.out) / 'audit.csv'}, {Path(args.out) / 'report.md'}"
         + (f"; {summary['n_flagged']} flagged, the rest in {Path(args.out) / 'filtered_pairs.csv'}" if "n_flagged" in summary else "")
     )
@@ -145,13 +147,12 @@ def _audit(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     import time
 
-    import torch
-
+    from serving.embed import inference_device
     from serving.open_clip_baseline import load_baselines
     from serving.table_evaluation import evaluate_bundles
 
     started = time.perf_counter()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = inference_device()
     # every baseline's weights are found (or fetched) and loaded before the table is read, on the device the
     # bundles use
     baselines = load_baselines(args.open_clip or [], device)
@@ -175,52 +176,21 @@ def _evaluate(args: argparse.Namespace) -> None:
         shown = [name for name in bundle["metrics"] if name.startswith(("5-way", "R@1 ")) or name == "rsum"]
         cells = ", ".join(
             f"{name} {bundle['metrics'][name].get('mean', bundle['metrics'][name].get('value')):.4f}"
+            + (" †" if {"trivial", "includes_trivial"} & set(bundle["metrics"][name]) else "")
             for name in shown
         )
         print(f"  {bundle['label']}: {cells}")
+        if "trivial_recalls" in bundle:
+            print(
+                f"  † 1 by construction, the table being this small: {', '.join(bundle['trivial_recalls'])} "
+                "(k at or above the worst rank a correct item can have; see report.md)"
+            )
 
 
 def _serve(args: argparse.Namespace) -> None:
-    import torch
-    import uvicorn
+    from serving.serve import serve
 
-    from serving.access import AccessError, is_loopback, resolve_access
-    from serving.api import ServeSettings, create_app
-    from serving.arguments import bind_socket
-    from serving.search import Searcher
-
-    # requests are embedded in parallel threads (FastAPI's pool): one core each instead of every request
-    # fanning out over all cores
-    torch.set_num_threads(1)
-    # and so is each HNSW search: one query's graph walk is sequential, extra OpenMP threads only spin
-    import faiss
-
-    faiss.omp_set_num_threads(1)
-    access = resolve_access(args.host, args.token)
-    if args.absolute_paths and not is_loopback(args.host):
-        raise AccessError(
-            f"--absolute-paths shows where the gallery's files live: only for a server on the loopback interface, "
-            f"not --host {args.host}"
-        )
-    searcher = Searcher.open(Path(args.index), Path(args.bundle) if args.bundle else None)
-    searcher.index.load_backends()  # a damaged search structure is refused now, not at the first query
-    settings = ServeSettings(
-        max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
-        access=access,
-        absolute_paths=args.absolute_paths,
-        api_docs=args.api_docs,
-    )
-    app = create_app(searcher, settings)
-    listening = bind_socket(args.host, args.port)  # the address is printed only once it is ours
-    summary = searcher.summary()
-    shown = f"[{args.host}]" if ":" in args.host else args.host
-    address = f"http://{shown}:{listening.getsockname()[1]}/"
-    print(f"Serving {summary['items']} items of {args.index} with {summary['model']} on {address}", flush=True)
-    if access.token is not None:
-        where = "a generated token (printed once; --token or $CROSSMODAL_TOKEN to choose one)" if access.generated else "its token"
-        print(f"Every request needs {where}: open {address}?token={access.token}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))
-    server.run(sockets=[listening])
+    serve(args)
 
 
 #: exit status of a command that ran out of disk (2: a mistake in the input or the arguments)
@@ -295,6 +265,13 @@ def parser() -> argparse.ArgumentParser:
         "--absolute-paths", action="store_true", help="show items' absolute paths (loopback only; default: relative)"
     )
     serve.add_argument("--api-docs", action="store_true", help="serve /openapi.json and an endpoint list at /docs")
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="also answer requests addressed to NAME (repeatable); without a token the server answers only "
+        "localhost, loopback addresses and the address it is bound to, against DNS rebinding",
+    )
     serve.add_argument("--log-level", default="warning")
     serve.set_defaults(run=_serve)
 

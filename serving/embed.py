@@ -24,6 +24,12 @@ from serving.bundle import Bundle
 BATCH_SIZE = 64
 
 
+def inference_device() -> torch.device:
+    """Where the ``crossmodal`` commands embed: the GPU when there is one, else the CPU. (The pipeline's
+    SearchIndex builds its own :class:`Embedder` on the CPU: its index is the same on every machine.)"""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 class QueryError(ValueError):
     """A query the model cannot answer (empty text, no known word, ...); ``reason`` is a short code."""
 
@@ -57,7 +63,8 @@ class TrunkThenModel(nn.Module):
 
 class Embedder:
     """Text and image embeddings of one bundle's model, through the one inference path
-    (:func:`models.inference.embed_pairs`), on ``device`` (CPU by default)."""
+    (:func:`models.inference.embed_pairs`), on ``device`` (CPU by default; the commands pass
+    :func:`inference_device`)."""
 
     def __init__(self, bundle: Bundle, device: torch.device | None = None) -> None:
         self.bundle = bundle
@@ -80,17 +87,19 @@ class Embedder:
         if not isinstance(text, str) or not text.strip():
             raise QueryError("empty_text", "the query text is empty; type a few words")
         words = self.tokenize(text)
+        # quoted in the error, cut short: a whole article (up to 1 MiB by POST) would be the message
+        shown = repr(text) if len(text) <= 80 else repr(text[:80]) + "…"
         if not words:
             reads = "letters and digits of any script" if self.bundle.tokenizer_version > 1 else "only a-z and 0-9"
             raise QueryError(
                 "no_words",
-                f"the query {text!r} holds no word this model's tokenizer (version "
+                f"the query {shown} holds no word this model's tokenizer (version "
                 f"{self.bundle.tokenizer_version}: {reads}) reads",
             )
         if all(word not in self.bundle.vocab for word in words):
             raise QueryError(
                 "no_known_word",
-                f"none of the words of {text!r} is in the model's vocabulary "
+                f"none of the words of {shown} is in the model's vocabulary "
                 f"({len(self.bundle.vocab)} words from its training texts); try other words",
             )
         return words

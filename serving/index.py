@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from common.files import atomic_path
+from common.files import atomic_path, native_write
 from serving.bundle import Bundle, BundleError
 from serving.compressed_search import PqScanSearch
 from serving.embed import Embedder
@@ -70,7 +70,9 @@ class GalleryIndexError(ValueError):
 
 
 def _save_array(path: Path, array: np.ndarray) -> None:
-    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+    # numpy writes the data with C's fwrite: a full disk is "OSError: N requested and M written", no errno;
+    # native_write turns it into the ENOSPC error naming the file that a Python write gives
+    with atomic_path(path) as tmp, native_write(path), open(tmp, "wb") as handle:
         np.save(handle, array, allow_pickle=False)
 
 
@@ -307,8 +309,8 @@ class GalleryIndex:
             self.meta["search"][modality] = settings
             _save_array(self.path / f"{modality}_vectors.npy", vectors)
         _save_array(self.path / "thumbnails.npy", self.thumbnails)
-        with atomic_path(self.path / "items.parquet") as tmp:
-            self.items.to_parquet(tmp, index=False)
+        with atomic_path(self.path / "items.parquet") as tmp, native_write(self.path / "items.parquet"):
+            self.items.to_parquet(tmp, index=False)  # pyarrow's C++ writer: as numpy's
         _write_text(self.path / "rejects.csv", self.rejects.to_csv(index=False))
         self.meta.update(
             {

@@ -9,14 +9,16 @@ itself out of a same-modality ranking.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from serving.bundle import Bundle, load_bundle
-from serving.embed import Embedder, QueryError
+from serving.embed import Embedder, QueryError, inference_device
 from serving.index import MODALITIES, GalleryIndex
 
 MAX_K = 1000
@@ -41,24 +43,53 @@ class UnknownItem(KeyError):
     pass
 
 
+#: how a JSON client calls the Python types a parsed body holds
+_JSON_KINDS = {str: "string", bool: "boolean", type(None): "null", dict: "object", list: "array"}
+
+
+def _numbers(vector: Any) -> list[list[float | int]]:
+    """``vector`` as rows of JSON numbers, refusing what ``np.asarray`` would quietly turn into one: a string
+    ("1.5"), a boolean (true is 1), null; ``not_a_number`` names the first such value and where it is."""
+    if isinstance(vector, np.ndarray):
+        if vector.dtype.kind not in "iuf":
+            raise QueryError("not_a_number", f"the vector holds {vector.dtype} values, not numbers")
+        if vector.ndim not in (1, 2) or vector.size == 0:
+            raise QueryError("ragged_vector", f"the vector must be [D] or [K, D] numbers, got shape {list(vector.shape)}")
+        return np.atleast_2d(vector).tolist()
+    if not isinstance(vector, list | tuple) or not vector:
+        raise QueryError("ragged_vector", "the vector must be [D] or [K, D] numbers: a non-empty list")
+    nested = [isinstance(row, list | tuple) for row in vector]
+    if any(nested) and not all(nested):
+        raise QueryError("ragged_vector", "the vector mixes numbers and lists: give [D] or [K, D] numbers")
+    rows = [list(row) for row in vector] if all(nested) else [list(vector)]
+    for i, row in enumerate(rows):
+        for j, value in enumerate(row):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                where = f"vector[{i}][{j}]" if all(nested) else f"vector[{j}]"
+                kind = _JSON_KINDS.get(type(value), type(value).__name__)
+                shown = json.dumps(value)[:40] if value is None or isinstance(value, str | bool) else f"an {kind}"
+                raise QueryError(
+                    "not_a_number", f"{where} is {shown}, a JSON {kind}: every value must be a JSON number"
+                )
+    return rows
+
+
 def query_vectors(vector: Any, width: int, label: str) -> np.ndarray:
     """``vector`` (``[D]`` or ``[K, D]`` numbers) as a float32 ``[K, D]`` array of unit rows, or a
-    :class:`QueryError` whose reason says what is wrong: ``ragged_vector`` (rows of several lengths, or not numbers), ``too_many_rows``,
-    ``width_mismatch``, ``not_finite`` (NaN or infinite values), ``zero_vector`` (a row of length 0: it has
-    no direction, so every item would score 0)."""
+    :class:`QueryError` whose reason says what is wrong: ``not_a_number`` (a string, boolean or null where a
+    number belongs), ``ragged_vector`` (rows of several lengths), ``too_many_rows``, ``width_mismatch``,
+    ``not_finite`` (NaN or infinite values, or an integer beyond float range), ``zero_vector`` (a row of
+    length 0: it has no direction, so every item would score 0)."""
+    rows = _numbers(vector)
+    if len(rows) > MAX_QUERY_ROWS:
+        raise QueryError("too_many_rows", f"a query has at most {MAX_QUERY_ROWS} rows, got {len(rows)}")
+    if len({len(row) for row in rows}) != 1 or not rows[0]:
+        lengths = sorted({len(row) for row in rows})
+        raise QueryError("ragged_vector", f"the vector's rows must be equally long and non-empty, got lengths {lengths}")
     try:
-        query = np.asarray(vector, dtype=np.float64)
-    except (ValueError, TypeError):
-        raise QueryError(
-            "ragged_vector", "the vector must be a list of numbers or a list of equally long lists of numbers"
-        ) from None
-    query = np.atleast_2d(query)
-    if query.ndim != 2 or query.size == 0:
-        raise QueryError(
-            "ragged_vector", f"the vector must be [D] or [K, D] numbers, got shape {list(query.shape)}"
-        )
-    if len(query) > MAX_QUERY_ROWS:
-        raise QueryError("too_many_rows", f"a query has at most {MAX_QUERY_ROWS} rows, got {len(query)}")
+        query = np.asarray(rows, dtype=np.float64)
+    except OverflowError:  # an integer literal beyond float64's range (10**400)
+        raise QueryError("not_finite", "the vector holds a number beyond the float range") from None
     if query.shape[1] != width:
         raise QueryError(
             "width_mismatch",
@@ -66,29 +97,42 @@ def query_vectors(vector: Any, width: int, label: str) -> np.ndarray:
         )
     if not np.isfinite(query).all():
         raise QueryError("not_finite", "the vector holds NaN or infinite values")
-    if (np.linalg.norm(query, axis=1) == 0).any():
+    return unit_rows(query)
+
+
+def unit_rows(query: np.ndarray) -> np.ndarray:
+    """Finite float64 rows as float32 unit rows, whatever their scale: each row is divided by its largest
+    absolute value first, so the sum of squares neither overflows (1e200: the norm would be inf and every
+    score 0) nor underflows (1e-200: the norm would be 0, a row called all zeros)."""
+    largest = np.abs(query).max(axis=1, keepdims=True)
+    if (largest == 0).any():
         raise QueryError("zero_vector", "a row of the vector is all zeros: it has no direction to search")
-    # normalised in float64: a tiny but non-zero row would underflow in float32
-    return (query / np.linalg.norm(query, axis=1, keepdims=True)).astype(np.float32)
+    scaled = query / largest  # every value now in [-1, 1], one of them ±1: the norm is in [1, sqrt(D)]
+    unit = scaled / np.linalg.norm(scaled, axis=1, keepdims=True)
+    if not np.isfinite(unit).all():  # cannot happen for finite input; a NaN score must never reach a client
+        raise QueryError("not_finite", "the vector could not be normalised")
+    return unit.astype(np.float32)
 
 
 class Searcher:
-    """An index with the bundle it was built with (checked to match)."""
+    """An index with the bundle it was built with (checked to match); queries are embedded on ``device``
+    (default: the GPU when there is one)."""
 
-    def __init__(self, index: GalleryIndex, bundle: Bundle) -> None:
+    def __init__(self, index: GalleryIndex, bundle: Bundle, device: torch.device | None = None) -> None:
         index.check_bundle(bundle)
-        self.index, self.bundle, self.embedder = index, bundle, Embedder(bundle)
+        self.index, self.bundle = index, bundle
+        self.embedder = Embedder(bundle, device or inference_device())
 
     @classmethod
-    def open(cls, index_path: Path, bundle_path: Path | None = None) -> Searcher:
+    def open(cls, index_path: Path, bundle_path: Path | None = None, device: torch.device | None = None) -> Searcher:
         index = GalleryIndex.open(index_path)
-        return cls(index, load_bundle(bundle_path or index.bundle_path()))
+        return cls(index, load_bundle(bundle_path or index.bundle_path()), device)
 
     def _check(self, k: int, against: str) -> None:
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise QueryError("bad_k", f"k must be an integer from 1 to {MAX_K}, got {k!r}")
         if against not in MODALITIES:
-            raise QueryError("bad_against", f"against must be one of {list(MODALITIES)}, got {against!r}")
+            raise QueryError("bad_against", f"against must be one of {list(MODALITIES)}, got {repr(against)[:40]}")
         if len(self.index.vectors[against]) == 0:
             other = "text" if against == "image" else "image"
             raise QueryError(

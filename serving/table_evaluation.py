@@ -38,11 +38,11 @@ from evaluation.clip_benchmark import (
     benchmark_record,
     retrieval_recalls,
 )
-from evaluation.protocol import retrieval_layout
+from evaluation.protocol import RetrievalLayout, retrieval_layout
 from evaluation.table_scores import BOOTSTRAP_RESAMPLES, paired_differences, score_table
 from models.doc2vec import infer_vectors
 from serving.bundle import Bundle, load_bundle
-from serving.embed import Embedder
+from serving.embed import Embedder, inference_device
 from serving.open_clip_baseline import OpenClipModel
 from serving.table_report import write_report
 
@@ -186,6 +186,40 @@ class ClipModel:
         return image, self.model.embed_texts(table.pairs["text"].tolist())
 
 
+def worst_ranks(group_ids: np.ndarray, layout: RetrievalLayout) -> dict[str, int]:
+    """Per direction, the largest rank a query's first correct item can have: the distinct candidates less
+    the fewest correct ones any query has, plus 1. A recall at k at or above it is 1 by construction."""
+    codes = pd.factorize(pd.Series(np.asarray(group_ids)))[0]
+    images, texts = codes[layout.image_positions], codes[layout.text_positions]
+    if layout.protocol == "pairs":  # one correct item per query (a mixed group's others count as wrong)
+        return {"I→T": len(texts), "T→I": len(images)}
+    groups = int(codes.max()) + 1
+    fewest_texts = int(np.bincount(texts, minlength=groups)[images].min())
+    fewest_images = int(np.bincount(images, minlength=groups)[texts].min())
+    return {"I→T": len(texts) - fewest_texts + 1, "T→I": len(images) - fewest_images + 1}
+
+
+def mark_trivial_recalls(scores: dict[str, Any], benchmark: dict[str, Any], worst: dict[str, int]) -> dict[str, str]:
+    """Mark every recall whose k reaches ``worst`` (R@10 on a 5-item table is 1.0 whatever the model):
+    the metric gets a ``trivial`` note, rsum lists the ones it includes (its value stays the pipeline's
+    definition, so it still equals ``Evaluate``'s); returns metric -> note, for the report."""
+    notes: dict[str, str] = {}
+    for name, metric in scores["metrics"].items():
+        if name.startswith("R@") and (k := int(name[2:].split()[0])) >= worst[name.split()[1]]:
+            metric["trivial"] = notes[name] = _trivial(k, worst[name.split()[1]])
+    if "rsum" in scores["metrics"] and notes:
+        scores["metrics"]["rsum"]["includes_trivial"] = sorted(notes)
+    for key in benchmark["metrics"]:
+        direction = "T→I" if key.startswith("image_retrieval") else "I→T"  # CLIP_benchmark's names
+        if (k := int(key.rsplit("@", 1)[1])) >= worst[direction]:
+            notes[key] = _trivial(k, worst[direction])
+    return notes
+
+
+def _trivial(k: int, worst: int) -> str:
+    return f"k = {k} ≥ {worst}, the worst rank a correct item can have here: 1 by construction, not a measurement"
+
+
 def evaluate_bundles(
     bundle_paths: list[Path],
     table_path: Path,
@@ -200,7 +234,7 @@ def evaluate_bundles(
     """Score every bundle, then every CLIP baseline, on the table; write ``metrics.json``, ``report.md``,
     ``rejects.csv`` and one CLIP_benchmark JSON per model (``clip_benchmark/``) into ``out``; return what
     ``metrics.json`` holds. The first model is the one the others are compared with."""
-    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or inference_device()
     models: list[BundleModel | ClipModel] = [BundleModel(Path(path), load_bundle(path)) for path in bundle_paths]
     models += [ClipModel(baseline) for baseline in baselines or []]
     if not models:
@@ -216,6 +250,7 @@ def evaluate_bundles(
     # neighbor preservation of a CLIP baseline is measured against the first bundle's Doc2Vec
     shared_vectors, shared_skip = None, "no bundle with a Doc2Vec model was given"
     results, outcomes, benchmarks = [], [], []
+    worst = worst_ranks(group_ids, layout)
     for model in models:
         image, text = model.embed(table, device, progress)
         if isinstance(model, BundleModel):
@@ -225,11 +260,18 @@ def evaluate_bundles(
         else:
             doc_vectors, skipped = shared_vectors, shared_skip
         scores, per_query = score_table(image, text, group_ids, images, texts, redraws, doc_vectors)
+        benchmarks.append(benchmark_record(dataset, *model.benchmark_names(), retrieval_recalls(image, text, layout, recall_ks)))
+        trivial = mark_trivial_recalls(scores, benchmarks[-1], worst)
         results.append(
-            {"label": model.label, **model.record(), **scores, **({"neighbor_preservation_skipped": skipped} if skipped else {})}
+            {
+                "label": model.label,
+                **model.record(),
+                **scores,
+                **({"neighbor_preservation_skipped": skipped} if skipped else {}),
+                **({"trivial_recalls": trivial} if trivial else {}),
+            }
         )
         outcomes.append(per_query)
-        benchmarks.append(benchmark_record(dataset, *model.benchmark_names(), retrieval_recalls(image, text, layout, recall_ks)))
     for result, name in zip(results, display_names([model.name for model in models]), strict=True):
         result["name"] = name
     for result, per_query in zip(results[1:], outcomes[1:], strict=True):

@@ -9,13 +9,17 @@ from typing import Any
 from common.files import atomic_path
 from evaluation.document import Document
 
+#: after a recall that is 1 by construction (k at or above the worst possible rank), and an rsum holding one
+TRIVIAL_MARK = " †"
 
-def _cell(score: dict[str, float]) -> str:
+
+def _cell(score: dict[str, Any]) -> str:
     if "median" in score:
         return f"{score['median']:g} [{score['ci_low']:g}, {score['ci_high']:g}]"
     value = score.get("mean", score.get("value"))
     digits = 2 if "value" in score else 4
-    return f"{value:.{digits}f} [{score['ci_low']:.{digits}f}, {score['ci_high']:.{digits}f}]"
+    marked = TRIVIAL_MARK if "trivial" in score or "includes_trivial" in score else ""
+    return f"{value:.{digits}f} [{score['ci_low']:.{digits}f}, {score['ci_high']:.{digits}f}]{marked}"
 
 
 def report_document(payload: dict[str, Any]) -> Document:
@@ -33,8 +37,21 @@ def report_document(payload: dict[str, Any]) -> Document:
     doc.table(
         ["Metric", *[b["name"] for b in bundles]],
         [[name, *[_cell(b["metrics"][name]) if name in b["metrics"] else "–" for b in bundles]] for name in metrics],
-        caption="Mean (median for ranks) with its 95% interval. rsum: R@1 + R@5 + R@10 of both directions, in percent.",
+        caption="Mean (median for ranks) with its 95% interval. rsum: R@1 + R@5 + R@10 of both directions, in percent."
+        + (
+            f"{TRIVIAL_MARK}: k at or above the worst rank a correct item can have on this table, so the recall is 1 "
+            "by construction (and an rsum marked so includes such recalls): not evidence about the model."
+            if any("trivial_recalls" in b for b in bundles)
+            else ""
+        ),
     )
+    for bundle in bundles:
+        if "trivial_recalls" in bundle:
+            doc.paragraph(
+                f"{bundle['name']}: 1 by construction on this table ({table['n_kept']} pairs): "
+                + "; ".join(f"{name} ({note})" for name, note in bundle["trivial_recalls"].items())
+                + "."
+            )
     for bundle in bundles:
         if "neighbor_preservation" in bundle:
             np_ = bundle["neighbor_preservation"]

@@ -587,7 +587,7 @@ def test_vector_and_long_text_queries_are_validated_and_bounded(server):
     article = " ".join([QUERY] * 12_000)  # about 500 KB: too long for a URL, fine as a body
     cases = [
         (httpx.post(vector, json={"vector": [[0.1] * width, [0.1] * (width - 1)]}), 400, "ragged_vector"),
-        (httpx.post(vector, json={"vector": ["a"] * width}), 400, "ragged_vector"),
+        (httpx.post(vector, json={"vector": ["a"] * width}), 400, "not_a_number"),
         (
             httpx.post(vector, content=nan_body, headers={"content-type": "application/json"}),
             400,
@@ -678,6 +678,8 @@ def test_a_server_off_loopback_requires_its_token_on_every_route(exposed):
     assert httpx.get(f"{base}/static/style.css").status_code == 200  # no data in the page's assets
     bearer = {"Authorization": f"Bearer {token}"}
     assert httpx.get(f"{base}/api/health", headers=bearer).status_code == 200
+    # the token keeps a rebound page out, so any Host is answered (a proxy may use any name)
+    assert httpx.get(f"{base}/api/health", headers={**bearer, "Host": "archive.example"}).status_code == 200
     assert httpx.get(f"{base}/api/health", headers={"X-Crossmodal-Token": token}).status_code == 200
     page = httpx.get(f"{base}/", params={"token": token})
     assert page.status_code == 200 and "crossmodal_token" in page.headers["set-cookie"]
@@ -809,7 +811,7 @@ def test_a_full_disk_in_any_command_is_one_line_exit_3_and_leaves_nothing_half_w
     "args, said",
     [
         (["serve", "{index}", "--port", "70000"], "--port must be from 0 to 65535"),
-        (["serve", "{index}", "--max-upload-mb", "-1"], "--max-upload-mb must be positive"),
+        (["serve", "{index}", "--max-upload-mb", "-1"], "--max-upload-mb must be a positive number"),
         (["serve", "{index}", "--log-level", "loud"], "--log-level must be one of"),
         (["search", "{index}", "--text", QUERY, "-k", "0"], "-k must be from 1 to 1000"),
         (["audit", "{bundle}", "--table", "{table}", "--out", "{out}", "--top", "-3"], "--top must be >= 0"),

@@ -1,0 +1,138 @@
+"""Request bodies of ``crossmodal serve``, read no further than their limit and parsed within bounds.
+
+Why a module of its own: a body is the one input a client controls byte by byte. A chunked upload declares
+no length, so the limit has to hold while the bytes arrive (Starlette's form parser would read the whole
+stream first); JSON nested a few thousand levels deep makes Python's recursive parser raise
+``RecursionError`` (a 500), so the depth is measured before parsing, with no recursion at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import numpy as np
+from fastapi import Request
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+
+#: deepest nesting of arrays and objects a JSON query may have: a [K, D] vector query is 3 deep
+MAX_JSON_DEPTH = 16
+#: multipart framing around an uploaded file (boundaries, headers) allowed on top of the size limit
+MULTIPART_OVERHEAD = 16 * 1024
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+
+
+class ApiError(Exception):
+    """An answer to a bad request: ``status``, a short ``reason`` code and a one-line ``message``."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+def declared_length(request: Request) -> int | None:
+    """The body size the client declared (``Content-Length``), None when it declared none; a 400 when it is
+    not a byte count."""
+    declared = request.headers.get("content-length")
+    if declared is not None and not declared.isdigit():
+        raise ApiError(400, "bad_content_length", f"Content-Length {declared[:40]!r} is not a byte count")
+    return None if declared is None else int(declared)
+
+
+def _over(declared: int | None, limit: int, what: str, option: str) -> ApiError:
+    if declared is None:  # counted while it arrived: its full size is never known
+        return ApiError(413, "too_large", f"the {what} goes past the limit of {limit} bytes{option}; read no further")
+    return ApiError(413, "too_large", f"the {what} is {declared} bytes; the limit is {limit} bytes{option}")
+
+
+def limited_receive(receive: Receive, limit: int, what: str, option: str = "") -> Receive:
+    """``receive`` that answers 413 as soon as more than ``limit`` body bytes have arrived: the rest of the
+    body is never read (a chunked body declares no length, so counting is the only bound)."""
+    received = 0
+
+    async def bounded() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise _over(None, limit, what, option)
+        return message
+
+    return bounded
+
+
+async def bounded_form(request: Request, limit: int, option: str) -> FormData:
+    """The request's form (one file, a few fields), its body read no further than ``limit`` bytes; a
+    malformed multipart body is a 400."""
+    declared = declared_length(request)
+    if declared is not None and declared > limit:
+        raise _over(declared, limit, "upload", option)
+    bounded = Request(request.scope, receive=limited_receive(request.receive, limit, "upload", option))
+    try:
+        return await bounded.form(max_files=1, max_fields=4)
+    except HTTPException as error:  # Starlette's answer to a malformed multipart body
+        raise ApiError(400, "bad_form", f"the upload is not a readable multipart form: {error.detail}") from None
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply the arrays and objects of the JSON text ``body`` nest, counted without parsing (no
+    recursion): brackets inside strings are left out. Only meaningful for text that then parses as JSON."""
+    raw = np.frombuffer(body, dtype=np.uint8)
+    quotes = raw == ord('"')
+    if quotes.any():
+        # a quote is escaped when an odd run of backslashes precedes it
+        backslash = (raw == ord("\\")).astype(np.int64)
+        run = np.zeros(len(raw) + 1, dtype=np.int64)
+        # run[i + 1]: backslashes ending at i (cumulative sum reset at every non-backslash)
+        total = np.cumsum(backslash)
+        last_reset = np.maximum.accumulate(np.where(backslash == 0, total, 0))
+        run[1:] = total - last_reset
+        escaped = run[:-1] % 2 == 1
+        quotes &= ~escaped
+    inside = np.cumsum(quotes) % 2 == 1  # a quote itself counts as inside; brackets there are text
+    steps = np.zeros(len(raw), dtype=np.int64)
+    steps[np.isin(raw, (ord("["), ord("{")))] = 1
+    steps[np.isin(raw, (ord("]"), ord("}")))] = -1
+    steps[inside] = 0
+    return int(np.cumsum(steps).max(initial=0))
+
+
+async def json_body(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object, read no further than ``limit`` bytes (413 beyond, whatever the client
+    declared) and nested at most :data:`MAX_JSON_DEPTH` deep; a body that is not a JSON object is a 400."""
+    declared = declared_length(request)
+    if declared is not None and declared > limit:
+        raise _over(declared, limit, "query", "")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _over(None, limit, "query", "")
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    depth = json_depth(data)
+    if depth > MAX_JSON_DEPTH:
+        raise ApiError(
+            400,
+            "too_deep",
+            f"the body nests arrays or objects {depth} deep; a query nests at most {MAX_JSON_DEPTH} "
+            '(a vector is {"vector": [[...], ...]}, 3 deep)',
+        )
+    try:
+        body = json.loads(data)
+    except RecursionError:  # not reached after the depth check; kept so no body can ever be a 500
+        raise ApiError(400, "too_deep", "the body nests arrays or objects too deeply") from None
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ApiError(400, "invalid_json", f"the body is not JSON: {_first_line(str(error))}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "the body must be a JSON object")
+    return body
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    return text.splitlines()[0][:limit] if text else text
