@@ -9,9 +9,9 @@ of letters ("don't"; the typographic ’ counts as one) and a hyphen splits ("st
 Han, Hiragana and Katakana are written without spaces: without a segmenter each of their characters is a
 token of its own (the usual fallback; a word segmenter would do better for Chinese and Japanese).
 
-Version 1 kept ``[a-z0-9]+`` after lower-casing: "München" became "m", "nchen" and a Chinese text no token
-at all. It stays available for bundles exported with it (``TOKENIZERS``). On ASCII text both versions give
-the same tokens (``tests/test_tokenizer.py``).
+Version 1 (before 1.0, never released) kept ``[a-z0-9]+`` after lower-casing: "München" became "m", "nchen"
+and a Chinese text no token at all. On ASCII text version 2 gives the same tokens, by the same expression
+(:func:`ascii_words`, its fast path), so the demo's tokens did not move (``tests/test_tokenizer.py``).
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.registry import Registry
+
 PAD, UNK = 0, 1
 #: the tokenizer every task and a new bundle use; part of the output hash of every task that tokenises
 TOKENIZER_VERSION = 2
 
-TOKEN_PATTERN_V1 = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+ASCII_WORDS = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 #: scripts written without spaces: one token per character
 _UNSEGMENTED = (
     (0x3040, 0x30FF),  # Hiragana, Katakana
@@ -41,8 +43,9 @@ _UNSEGMENTED = (
 )
 
 
-def tokenize_v1(text: str) -> list[str]:
-    return TOKEN_PATTERN_V1.findall(text.lower())
+def ascii_words(text: str) -> list[str]:
+    """Version 2 on ASCII text: lower-cased letters and digits, one apostrophe suffix."""
+    return ASCII_WORDS.findall(text.lower())
 
 
 def _ranges(codes: Iterable[int]) -> str:
@@ -93,8 +96,8 @@ def _version_2() -> _Version2:
 
 
 def tokenize_v2(text: str) -> list[str]:
-    if text.isascii():  # the same tokens as version 1 (NFKC and casefold change no ASCII letter), faster
-        return tokenize_v1(text)
+    if text.isascii():  # NFKC and casefold change no ASCII letter: the same tokens, faster
+        return ascii_words(text)
     version = _version_2()
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold()).replace("\u2019", "'")
     if not version.unsegmented_chars.isdisjoint(folded):
@@ -103,15 +106,17 @@ def tokenize_v2(text: str) -> list[str]:
     return words.findall(folded)
 
 
-TOKENIZERS: dict[int, Callable[[str], list[str]]] = {1: tokenize_v1, 2: tokenize_v2}
-tokenize = TOKENIZERS[TOKENIZER_VERSION]
+#: the tokenizers by version (a bundle records the one it was trained with): a later version is added here
+#: beside the current one, so a bundle of the earlier keeps reading its texts as it was trained to
+TOKENIZERS: Registry[Callable[[str], list[str]]] = Registry("tokenizer version")
+TOKENIZERS.add(str(TOKENIZER_VERSION), tokenize_v2)
+tokenize = TOKENIZERS.get(str(TOKENIZER_VERSION))
 
 
 def tokenizer_for(version: int) -> Callable[[str], list[str]]:
-    """The tokenizer of ``version`` (what a bundle records); an unknown version raises ``ValueError``."""
-    if version not in TOKENIZERS:
-        raise ValueError(f"tokenizer version {version} is unknown; this version of the code has {sorted(TOKENIZERS)}")
-    return TOKENIZERS[version]
+    """The tokenizer of ``version`` (what a bundle records); one ``KeyError`` message for a version this code
+    does not have."""
+    return TOKENIZERS.get(str(version))
 
 
 def encode_texts(

@@ -276,11 +276,11 @@ def load_bundle(path: Path) -> Bundle:
             raise BundleError(
                 f"{file} is corrupt (its checksum differs from the one recorded at export); export it again"
             )
-    version = int(manifest["text"]["tokenizer_version"])
+    version = str(manifest["text"]["tokenizer_version"])
     if version not in TOKENIZERS:
         raise BundleError(
             f"{path} was trained with tokenizer version {version}; this version of crossmodal has tokenizers "
-            f"{sorted(TOKENIZERS)}: update crossmodal, or export the model again"
+            f"{', '.join(TOKENIZERS)}: update crossmodal, or export the model again"
         )
     weights = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
     vocab = json.loads((path / VOCAB_FILE).read_text())

@@ -114,8 +114,10 @@ def doc2vec_vectors(bundle: Bundle, texts: list[str]) -> tuple[np.ndarray | None
     and why neighbor preservation is skipped."""
     model = bundle.doc2vec()
     if model is None:
-        version = bundle.manifest.get("format_version")
-        return None, f"the bundle holds no Doc2Vec model (format version {version}; export it again to add one)"
+        return None, (
+            "the bundle holds no Doc2Vec model (exported from a Train with no Evaluate beside it; export from the run "
+            "root after its Evaluate to add one)"
+        )
     epochs = int(bundle.text["doc2vec"]["infer_epochs"])
     tokenize = tokenizer_for(bundle.tokenizer_version)
     return infer_vectors(model, [tokenize(text) for text in texts], epochs), ""

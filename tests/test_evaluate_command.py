@@ -74,17 +74,17 @@ def test_two_bundles_are_compared_pair_by_pair_and_every_bad_row_is_counted(test
     assert "## Ang+NP+Sym (ang) − Ours (bundle) (the first model)" in report and "not_an_image 1" in report
 
 
-def test_a_format_1_bundle_still_scores_and_says_why_neighbor_preservation_was_skipped(test_split_table, tmp_path):
+def test_a_bundle_without_doc2vec_still_scores_and_says_why_neighbor_preservation_was_skipped(test_split_table, tmp_path):
+    """A bundle exported from a Train folder with no Evaluate beside it carries no Doc2Vec model."""
     folder, search_index, _ = test_split_table
-    old = tmp_path / "v1"
-    shutil.copytree(search_index.output_path("bundle"), old)
-    manifest = json.loads((old / MANIFEST_FILE).read_text())
-    manifest["format_version"] = 1
-    manifest["text"].pop("doc2vec")
-    (old / MANIFEST_FILE).write_text(json.dumps(manifest))
-    assert run(str(old), "--table", str(folder / "pairs.csv"), "--out", str(tmp_path / "out")) == 0
+    bare = tmp_path / "bare"
+    shutil.copytree(search_index.output_path("bundle"), bare)
+    manifest = json.loads((bare / MANIFEST_FILE).read_text())
+    manifest["text"]["doc2vec"] = None
+    (bare / MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert run(str(bare), "--table", str(folder / "pairs.csv"), "--out", str(tmp_path / "out")) == 0
     scored = json.loads((tmp_path / "out" / "metrics.json").read_text())["bundles"][0]
-    assert "format version 1" in scored["neighbor_preservation_skipped"] and "NP text @10" not in scored["metrics"]
+    assert "holds no Doc2Vec model" in scored["neighbor_preservation_skipped"] and "NP text @10" not in scored["metrics"]
 
 
 @pytest.mark.parametrize("problem", ["missing column", "unreadable table", "other bundle version", "too few rows", "no table"])

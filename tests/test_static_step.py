@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from pipeline.config.variants import VARIANTS as VARIANT_TABLE
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 from torch.overrides import TorchFunctionMode
@@ -26,6 +25,7 @@ from models.training import PairData, Trainer
 from models.training.checkpoint import load_optimizer_state
 from models.training.setup import build_optimizer
 from models.training.static_step import StaticStep, static_step_for
+from pipeline.config.variants import VARIANTS as VARIANT_TABLE
 
 N_PAIRS, N_TRAIN, FEATURE_DIM, VOCAB, WIDTH = 44, 36, 12, 20, 7
 FROZEN = TrainSettings(

@@ -12,9 +12,9 @@ import pytest
 
 from common.hashing import stable_hash
 from models.doc2vec import infer_vectors
+from pipeline.config.plan import resolve_plan
 from pipeline.config.profiles import Doc2VecSettings, WordVectorSettings
 from pipeline.config.variant_spec import VariantError
-from pipeline.config.plan import resolve_plan
 from pipeline.config.variants import VARIANTS
 from pipeline.engine.outputs import DiskFullError, atomic_directory, save_array, save_array_blocks
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec

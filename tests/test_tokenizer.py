@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.tokenizer import TOKENIZER_VERSION, TOKENIZERS, tokenize, tokenize_v1, tokenizer_for
+from common.tokenizer import TOKENIZER_VERSION, TOKENIZERS, ascii_words, tokenize, tokenizer_for
 from data_recipes import build_recipe
 from data_recipes.validate import validate_records
 from pipeline.steps.text import vocabulary_coverage
@@ -57,20 +57,19 @@ ASCII_CASES = [
 
 @pytest.mark.parametrize("text", ASCII_CASES)
 def test_ascii_text_gets_the_old_tokens(text):
-    assert tokenize(text) == tokenize_v1(text)
+    assert tokenize(text) == ascii_words(text)
 
 
 def test_every_embedded_text_gets_the_old_tokens(tmp_path):
     """The embedded dataset is ASCII: the demo's tokens, and so its results, do not move."""
     texts = build_recipe("embedded", None, tmp_path, n_pairs=2000, image_size=16).manifest["text"]
     assert len(texts) == 2000 and all(text.isascii() for text in texts)
-    assert [tokenize(t) for t in texts] == [tokenize_v1(t) for t in texts]
+    assert [tokenize(t) for t in texts] == [ascii_words(t) for t in texts]
 
 
 def test_versions():
-    assert TOKENIZERS[TOKENIZER_VERSION] is tokenize and tokenizer_for(1) is tokenize_v1
-    assert tokenize_v1("München") == ["m", "nchen"], "version 1 as bundles exported with it used it"
-    with pytest.raises(ValueError, match="tokenizer version 9 is unknown"):
+    assert TOKENIZERS[str(TOKENIZER_VERSION)] is tokenize and tokenizer_for(TOKENIZER_VERSION) is tokenize
+    with pytest.raises(KeyError, match="unknown tokenizer version '9'; available: 2"):
         tokenizer_for(9)
 
 
@@ -96,24 +95,25 @@ def test_vocabulary_coverage_by_hand():
     assert coverage == {"texts": 3, "tokens": 6, "unknown_token_share": 0.5, "mostly_unknown_text_share": 1 / 3}
 
 
-def test_the_tokenizer_version_is_part_of_every_tokenising_tasks_output_path(monkeypatch):
+def test_the_tokenizer_version_is_part_of_every_tokenising_tasks_output_path(monkeypatch, tmp_path):
+    root = tmp_path / "runs"
     import luigi
 
-    import pipeline.engine.task
+    import pipeline.tasks.params
     from pipeline import PrepareShard, Train, TrainDoc2Vec, TrunkFeatures
 
     def signatures() -> dict[str, str]:
         luigi.task_register.Register.clear_instance_cache()  # fresh tasks: a task caches its signature
         tasks = [
-            PrepareShard(profile="smoke"),
-            TrainDoc2Vec(profile="smoke"),
-            Train(profile="smoke", variant="ours"),
-            TrunkFeatures(profile="smoke", backbone="efficientnet_lite0", image_size=32),
+            PrepareShard(profile="smoke", run_root=str(root)),
+            TrainDoc2Vec(profile="smoke", run_root=str(root)),
+            Train(profile="smoke", variant="ours", run_root=str(root)),
+            TrunkFeatures(profile="smoke", backbone="efficientnet_lite0", image_size=32, run_root=str(root)),
         ]
         return {type(task).__name__: task.signature() for task in tasks}
 
     before = signatures()
-    monkeypatch.setattr(pipeline.engine.task, "TOKENIZER_VERSION", 99)
+    monkeypatch.setattr(pipeline.tasks.params, "TOKENIZER_VERSION", 99)
     after = signatures()
     assert all(before[name] != after[name] for name in ("PrepareShard", "TrainDoc2Vec", "Train"))
     # the trunk reads no text, but its input (the validated shard) depends on the tokenizer too
