@@ -27,9 +27,10 @@ from typing import Any
 import faiss
 import numpy as np
 
+from serving.backends import choose_backend
 from serving.compressed_search import PQ_DIMS_PER_CODE, PQ_RERANK, PqScanSearch, sub_quantizers
 from serving.graph_search import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M, HnswSearch
-from serving.neighbors import EXACT_SEARCH_MAX_VECTORS, AnnoySearch, ExactSearch, choose_backend
+from serving.neighbors import EXACT_SEARCH_MAX_VECTORS, AnnoySearch, ExactSearch
 
 WIDTH = 256
 #: (items per centre, cosine of an item to its centre)

@@ -45,7 +45,7 @@ class Registry(Generic[T]):
     """
 
     def __init__(self, kind: str, *, modules: Iterable[str] = ()) -> None:
-        #: what an entry is, for error messages ("unknown dataset recipe 'x'")
+        #: what an entry is, for error messages ("unknown dataset 'x'")
         self.kind = kind
         self.modules = tuple(modules)
         self._loaded = not self.modules

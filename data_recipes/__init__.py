@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from common.registry import import_submodules
 from data_recipes.manifest import RecipeResult
-from data_recipes.registry import RECIPE_BUILDERS, import_submodules, register_recipe
+from data_recipes.registry import RECIPE_BUILDERS, register_recipe
 
 import_submodules(__name__, __path__)
 

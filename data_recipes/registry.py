@@ -5,7 +5,7 @@ Each recipe module registers its ``build`` with :func:`register_recipe`, and ``d
 imports every module of the package with :func:`import_submodules`, so adding a recipe means adding one
 module: there is no second list of names to keep in step. The decorator lives here, not in ``__init__``, so
 that a recipe module never imports the package that is importing it. The table itself is the project's one
-:class:`common.registry.Registry` (re-exported here with :func:`import_submodules` for older imports), so
+:class:`common.registry.Registry`, so
 ``data_recipes`` stays free of torch and of ``pipeline``.
 """
 
@@ -13,22 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from common.registry import Registry, UnknownNameError, import_submodules
+from common.registry import Registry
 from data_recipes.manifest import RecipeResult
 
-__all__ = [
-    "RECIPE_BUILDERS",
-    "RecipeBuilder",
-    "Registry",
-    "UnknownNameError",
-    "import_submodules",
-    "register_recipe",
-]
+__all__ = ["RECIPE_BUILDERS", "RecipeBuilder", "register_recipe"]
 
 RecipeBuilder = Callable[..., RecipeResult]
 
 #: every dataset recipe's ``build`` by name (filled when ``data_recipes`` is imported)
-RECIPE_BUILDERS: Registry[RecipeBuilder] = Registry("dataset recipe")
+RECIPE_BUILDERS: Registry[RecipeBuilder] = Registry("dataset")
 
 
 def register_recipe(

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from evaluation.metrics import cocos_summary
+from evaluation.statistics import cocos_summary
 
 
 class DiagnosedLoss(Protocol):

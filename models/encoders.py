@@ -15,9 +15,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from models.backbones import build_trunk
 from models.recurrent import fixed_width_final_states, gru_final_states
-from models.settings import TrainSettings
-
-TRUNK_MODES = ("finetune", "frozen")
+from models.settings import TRUNK_MODES, TrainSettings
 
 
 @dataclass(frozen=True)
@@ -105,8 +103,8 @@ class ImageEncoder(nn.Module):
     ) -> None:
         super().__init__()
         if trunk not in TRUNK_MODES:
-            raise ValueError(f"trunk must be one of {TRUNK_MODES}, got {trunk!r}")
-        self.frozen = trunk == "frozen"
+            raise ValueError(TRUNK_MODES.unknown_message(trunk))
+        self.frozen = TRUNK_MODES.get(trunk).cached_features
         if self.frozen:
             if feature_dim is None:
                 raise ValueError("a frozen trunk needs feature_dim, the width of its cached features")

@@ -5,20 +5,55 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from common.registry import Registry
+
 AMP_MODES = ("auto", "off", "bf16", "fp16")
-#: what early stopping and the best checkpoint follow, and whether higher is better: a retrieval metric of
-#: the validation split (evaluation/selection_metrics.py: the expected n-way R@1, the bulk of the ranking that
-#: non-literal data is judged by; AUC; MRR; median rank; the rsum R@1 + R@5 + R@10 of both directions, VSE++'s
-#: and PVSE's criterion on literal data) or the validation loss (the paper's §3.3; not comparable across
-#: loss families)
-SELECTION_METRICS = {
-    "val_nway_r1": "max",
-    "val_auc": "max",
-    "val_mrr": "max",
-    "val_medr": "min",
-    "val_rsum": "max",
-    "val_loss": "min",
-}
+#: how the sampled neighbor i' of Eq. 5 reaches a batch (models.batching)
+NEIGHBOR_MODES = ("in_batch", "extra_rows")
+
+
+@dataclass(frozen=True)
+class TrunkMode:
+    """How the image trunk takes part in training."""
+
+    name: str
+    #: the model holds no trunk: it trains on the trunk's features cached once (TrunkFeatures), not on pixels
+    cached_features: bool
+
+
+#: "finetune": the trunk trains end to end on pixels (paper §3.3); "frozen": it is run once and its cached
+#: features train the projection and the text tower (VSE++ / PVSE's precomputed-feature mode)
+TRUNK_MODES: Registry[TrunkMode] = Registry("trunk mode")
+TRUNK_MODES.add("finetune", TrunkMode("finetune", cached_features=False))
+TRUNK_MODES.add("frozen", TrunkMode("frozen", cached_features=True))
+
+
+@dataclass(frozen=True)
+class SelectionCriterion:
+    """A validation score a run's best checkpoint and early stopping follow (its values are computed by
+    ``evaluation.selection_metrics`` or, for ``val_loss``, by the trainer)."""
+
+    name: str
+    higher_is_better: bool
+
+    def better(self, value: float, than: float) -> bool:
+        return value > than if self.higher_is_better else value < than
+
+
+#: what early stopping and the best checkpoint follow: a retrieval metric of the validation split (the
+#: expected n-way R@1, the bulk of the ranking that non-literal data is judged by; AUC; MRR; median rank; the
+#: rsum R@1 + R@5 + R@10 of both directions, VSE++'s and PVSE's criterion on literal data) or the validation
+#: loss (the paper's §3.3; not comparable across loss families)
+SELECTION_METRICS: Registry[SelectionCriterion] = Registry("selection metric")
+for _criterion in (
+    SelectionCriterion("val_nway_r1", True),
+    SelectionCriterion("val_auc", True),
+    SelectionCriterion("val_mrr", True),
+    SelectionCriterion("val_medr", False),
+    SelectionCriterion("val_rsum", True),
+    SelectionCriterion("val_loss", False),
+):
+    SELECTION_METRICS.add(_criterion.name, _criterion)
 
 
 @dataclass(frozen=True)
@@ -92,10 +127,14 @@ class TrainSettings:
     log_every_steps: int = 50
 
     def __post_init__(self) -> None:
+        if self.trunk not in TRUNK_MODES:
+            raise ValueError(TRUNK_MODES.unknown_message(self.trunk))
+        if self.neighbor_mode not in NEIGHBOR_MODES:
+            raise ValueError(f"neighbor_mode must be one of {NEIGHBOR_MODES}, got {self.neighbor_mode!r}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
         if self.selection not in SELECTION_METRICS:
-            raise ValueError(f"selection must be one of {sorted(SELECTION_METRICS)}, got {self.selection!r}")
+            raise ValueError(SELECTION_METRICS.unknown_message(self.selection))
         if self.selection_n_way < 2:
             raise ValueError(f"selection_n_way must be >= 2, got {self.selection_n_way}")
         if self.log_every_steps < 1:
@@ -109,6 +148,10 @@ class TrainSettings:
             raise ValueError(
                 f"nproc_per_node and nnodes must be >= 1, got {self.nproc_per_node}, {self.nnodes}"
             )
+
+    @property
+    def trunk_mode(self) -> TrunkMode:
+        return TRUNK_MODES.get(self.trunk)
 
     @property
     def world_size(self) -> int:

@@ -33,6 +33,7 @@ from common.hashing import file_sha256
 from models.backbones import build_trunk
 from models.encoders import EncoderConfig
 from models.registry import build_model, model_class
+from models.settings import TRUNK_MODES
 
 RECORD_FILE = "model.json"
 RECORD_FORMAT = 1
@@ -107,7 +108,7 @@ def record_for(
         max_text_tokens=max_text_tokens,
         tokenizer_version=tokenizer_version,
         vocabulary={"file": vocabulary_name, "size": vocabulary_size, "sha256": file_sha256(vocabulary_file)},
-        frozen_trunk=None if encoder.trunk != "frozen" else {"pretrained": encoder.pretrained, "seed": frozen_trunk_seed},
+        frozen_trunk={"pretrained": encoder.pretrained, "seed": frozen_trunk_seed} if TRUNK_MODES.get(encoder.trunk).cached_features else None,
     )
 
 

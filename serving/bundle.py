@@ -154,8 +154,8 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
     The folder is built as ``<out>.partial`` and renamed into place, so a killed export leaves no bundle
     that looks complete."""
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} exists and is not empty; export into a new folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is {'not empty' if out.is_dir() else 'a file'}; export into a new folder")
     checkpoint = torch.load(parts.checkpoint, map_location="cpu", weights_only=True)
     state = checkpoint["model"]
     record = parts.record
@@ -284,10 +284,11 @@ def load_bundle(path: Path) -> Bundle:
         )
     weights = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
     vocab = json.loads((path / VOCAB_FILE).read_text())
-    model = build_from_record(ModelRecord.from_json(manifest["model"]))
+    record = ModelRecord.from_json(manifest["model"])
+    model = build_from_record(record)
     model.load_state_dict(weights["model"])
     trunk = None
-    if manifest["image"]["trunk"] == "frozen":
+    if record.frozen_trunk is not None:
         trunk = build_trunk(manifest["image"]["backbone"], False)
         trunk.load_state_dict(weights["trunk"])
         trunk.eval()

@@ -61,6 +61,9 @@ class PqScanSearch(FaissSearch):
     at rows ``i*K .. i*K+K-1``; an item's score is its best pair (exact, from the re-rank)."""
 
     name = "pq"
+    #: the file beside the vectors (``<modality>.pq``) and the setting ``load`` takes from ``index.json``
+    suffix = "pq"
+    search_setting = "rerank"
 
     def __init__(self, index: faiss.IndexRefineFlat, n_items: int, per_item: int, rerank: int) -> None:
         super().__init__(index, n_items, per_item)

@@ -37,6 +37,9 @@ class HnswSearch(FaissSearch):
     """HNSW over item ``i``'s K vectors at rows ``i*K .. i*K+K-1``; an item's score is its best pair."""
 
     name = "hnsw"
+    #: the file beside the vectors (``<modality>.hnsw``) and the setting ``load`` takes from ``index.json``
+    suffix = "hnsw"
+    search_setting = "ef_search"
 
     def __init__(self, index: faiss.IndexHNSWFlat, n_items: int, per_item: int, ef_search: int) -> None:
         super().__init__(index, n_items, per_item)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,36 +32,16 @@ import numpy as np
 import pandas as pd
 
 from common.files import atomic_path, native_write
+from serving.backends import APPROXIMATE_BACKENDS, SearchBackend, choose_backend
 from serving.bundle import Bundle, BundleError
-from serving.compressed_search import PqScanSearch
 from serving.embed import Embedder
 from serving.gallery import GalleryBatch
-from serving.graph_search import HnswSearch
-from serving.neighbors import EXACT_SEARCH_MAX_VECTORS, AnnoySearch, ExactSearch, choose_backend
+from serving.neighbors import EXACT_SEARCH_MAX_VECTORS, ExactSearch
 
 INDEX_FORMAT = "crossmodal-index"
 INDEX_FORMAT_VERSION = 1
 INDEX_FILE = "index.json"
 MODALITIES = ("image", "text")
-SearchBackend = ExactSearch | AnnoySearch | HnswSearch | PqScanSearch
-
-
-@dataclass(frozen=True)
-class ApproximateBackend:
-    """A backend kept in a file beside the vectors: ``search.build(vectors, path)`` writes it with the
-    backend's defaults, ``.settings()`` says what ``index.json`` records, and ``search.load(path, n_items,
-    per_item, width, settings[search_setting])`` reads it back without rebuilding."""
-
-    suffix: str
-    search: type[AnnoySearch] | type[HnswSearch] | type[PqScanSearch]
-    search_setting: str
-
-
-APPROXIMATE_BACKENDS = {
-    "annoy": ApproximateBackend("ann", AnnoySearch, "search_k"),
-    "hnsw": ApproximateBackend("hnsw", HnswSearch, "ef_search"),
-    "pq": ApproximateBackend("pq", PqScanSearch, "rerank"),
-}
 
 
 class GalleryIndexError(ValueError):
@@ -292,7 +271,7 @@ class GalleryIndex:
         self._backends, self._row_items = {}, {}
         for modality in MODALITIES:
             vectors = self.vectors[modality]
-            asked = self.meta.get("backend", "auto")  # indexes written before the field chose automatically
+            asked = self.meta["backend"]
             backend = choose_backend(vectors.shape[0] * vectors.shape[1], self.meta["exact_up_to"], asked)
             settings: dict[str, Any] = {
                 "backend": backend,
@@ -302,7 +281,7 @@ class GalleryIndex:
             }
             if backend in APPROXIMATE_BACKENDS:
                 with atomic_path(self.path / f"{modality}.{APPROXIMATE_BACKENDS[backend].suffix}") as tmp:
-                    settings.update(APPROXIMATE_BACKENDS[backend].search.build(vectors, tmp).settings())
+                    settings.update(APPROXIMATE_BACKENDS[backend].build(vectors, tmp).settings())
             for other, spec in APPROXIMATE_BACKENDS.items():
                 if other != backend and (self.path / f"{modality}.{spec.suffix}").exists():
                     (self.path / f"{modality}.{spec.suffix}").unlink()
@@ -338,7 +317,7 @@ class GalleryIndex:
                 n, per_item, width = vectors.shape
                 path = self.path / f"{modality}.{spec.suffix}"
                 try:
-                    self._backends[modality] = spec.search.load(
+                    self._backends[modality] = spec.load(
                         path, n, per_item, width, settings[spec.search_setting]
                     )
                 except (OSError, RuntimeError, ValueError, EOFError) as error:

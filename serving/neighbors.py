@@ -18,7 +18,6 @@ import numpy as np
 from annoy import AnnoyIndex
 
 from common.files import native_write
-from common.registry import Registry
 
 #: up to this many vectors ``auto`` searches a modality exactly, above it with the PQ scan
 #: (:mod:`serving.compressed_search`). Measured by benchmarks/bench_search.py --backends
@@ -31,31 +30,6 @@ EXACT_SEARCH_MAX_VECTORS = 20_000
 #: overlapping gallery, at exact search's latency (benchmarks/results/bench_backends.md)
 ANNOY_TREES = 48
 ANNOY_SEARCH_K = 400_000
-#: the search backends by name, each with what it is; ``approximate`` ones keep a structure in a file beside the
-#: vectors (``serving.index.APPROXIMATE_BACKENDS``). The classes of HNSW and the PQ scan import this module,
-#: so the table names the backends rather than holding their classes.
-SEARCH_BACKENDS: Registry[str] = Registry("search backend")
-SEARCH_BACKENDS.add("exact", "every vector scored, one matrix product", approximate=False)
-SEARCH_BACKENDS.add("annoy", "Annoy's angular forest", approximate=True)
-SEARCH_BACKENDS.add("hnsw", "faiss HNSW graph (serving.graph_search)", approximate=True)
-SEARCH_BACKENDS.add("pq", "faiss 4-bit PQ scan, exact re-rank (serving.compressed_search)", approximate=True)
-#: what ``crossmodal index --backend`` accepts: ``auto`` (exact up to the crossover, the PQ scan above), then
-#: exact search, then the approximate backends
-BACKENDS = ("auto", *SEARCH_BACKENDS.names(approximate=False), *SEARCH_BACKENDS.names(approximate=True))
-
-
-def choose_backend(n_vectors: int, exact_up_to: int = EXACT_SEARCH_MAX_VECTORS, backend: str = "auto") -> str:
-    """The backend that searches ``n_vectors`` vectors: ``backend`` itself (by its canonical name) unless it is
-    ``auto``; a one-line ``ValueError`` naming the valid choices for any other name."""
-    if backend != "auto" and backend not in SEARCH_BACKENDS:
-        close = SEARCH_BACKENDS.close_match(backend)
-        hint = f" did you mean {close!r}?" if close else ""
-        raise ValueError(f"search backend {backend!r}:{hint} choose one of {', '.join(BACKENDS)}")
-    if backend != "auto":
-        return SEARCH_BACKENDS.resolve(backend)
-    return "exact" if n_vectors <= exact_up_to else "pq"
-
-
 def check_width(query: np.ndarray, width: int, backend: str) -> np.ndarray:
     """``query`` as float32 ``[Kq, D]``; a ValueError naming both widths when D is not the gallery's."""
     query = np.atleast_2d(np.asarray(query, dtype=np.float32))
@@ -105,6 +79,9 @@ class AnnoySearch:
     """Annoy's angular forest over the flat vectors; score = cosine = 1 - distance^2 / 2."""
 
     name = "annoy"
+    #: the file beside the vectors (``<modality>.ann``) and the setting ``load`` takes from ``index.json``
+    suffix = "ann"
+    search_setting = "search_k"
 
     def __init__(
         self, index: AnnoyIndex, n_items: int, per_item: int, search_k: int, n_trees: int | None = None

@@ -5,11 +5,7 @@ counts too."""
 from __future__ import annotations
 
 import ast
-import importlib
-import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "models", "evaluation", "data_recipes", "serving", "common")
@@ -104,30 +100,35 @@ def test_no_module_is_longer_than_the_limit():
     assert too_long == {}
 
 
-@pytest.mark.parametrize(
-    ("old", "new", "name"),
-    [
-        ("evaluation.neighbourhoods", "evaluation.neighborhoods", "neighbor_preservation"),
-        ("serving.neighbours", "serving.neighbors", "ExactSearch"),
-    ],
-)
-def test_the_old_spelling_of_a_renamed_module_still_imports_with_a_warning_naming_the_new_one(
-    old: str, new: str, name: str
-) -> None:
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"renamed {new}"):
-        module = importlib.import_module(old)
-    assert getattr(module, name) is getattr(importlib.import_module(new), name)
+def test_the_pipeline_folder_shows_the_design():
+    """``pipeline/`` holds its entry points and five sub-packages (docs/architecture.md draws them)."""
+    root = ROOT / "pipeline"
+    loose = sorted(p.name for p in root.iterdir() if p.is_file() and p.name not in {"__init__.py", "__main__.py"})
+    assert loose == []
+    packages = sorted(p.name for p in root.iterdir() if (p / "__init__.py").exists())
+    assert packages == ["config", "engine", "run", "steps", "tasks"]
 
 
-def test_one_spelling_of_neighbor_outside_the_deprecation_aliases():
-    aliases = {ROOT / "evaluation" / "neighbourhoods.py", ROOT / "serving" / "neighbours.py"}
+def test_the_engine_knows_nothing_of_the_project_s_settings():
+    """The hashed task, its outputs, locks, lineage and processes import no module of ``pipeline.config`` (nor
+    the tasks or the command line above it)."""
+    graph = import_graph()
+    reached = {
+        f"{source} imports {target}"
+        for source, targets in graph.items()
+        if source.startswith("pipeline.engine")
+        for target in targets
+        if target.startswith(("pipeline.config", "pipeline.tasks", "pipeline.run", "pipeline.steps"))
+    }
+    assert reached == set()
+
+
+def test_one_spelling_of_neighbor():
     files = [
         path
         for folder in (*PACKAGES, "tests", "benchmarks", "docs")
         for path in (ROOT / folder).rglob("*")
-        # the aliases, and this file, which names them to test them
-        if path.suffix in {".py", ".md", ".js", ".html", ".cfg"} and path not in {*aliases, Path(__file__)}
+        if path.suffix in {".py", ".md", ".js", ".html", ".cfg"} and path != Path(__file__)
     ]
     files += [ROOT / "README.md", ROOT / "luigi.cfg", ROOT / "pyproject.toml"]
     british = "neighb" + "our"

@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from serving.backends import choose_backend
 from serving.compressed_search import PqScanSearch, sub_quantizers, training_rows
 from serving.graph_search import HnswSearch
-from serving.neighbors import EXACT_SEARCH_MAX_VECTORS, AnnoySearch, ExactSearch, choose_backend
+from serving.neighbors import EXACT_SEARCH_MAX_VECTORS, AnnoySearch, ExactSearch
 
 
 def clustered(n: int, per_item: int, seed: int, width: int = 16) -> np.ndarray:

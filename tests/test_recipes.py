@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from common.registry import Registry
 from data_recipes import CAPTION_GROUP_RECIPES, RECIPES, build_recipe
 from data_recipes.coco import find_official_files
 from data_recipes.conceptual_captions import split_from_name
 from data_recipes.manifest import ManifestError, check_manifest_columns, resolve_image_paths
 from data_recipes.politics import first_sentences, iter_sentences, load_metadata
-from data_recipes.registry import Registry
 from tests.fixtures.recipes import make_fixtures as fixtures
 
 # pairs of the generated part of each fixture
@@ -475,7 +475,7 @@ def test_every_recipe_module_registers_itself(tmp_path):
         "pairs",
     }
     assert set(CAPTION_GROUP_RECIPES) == {"coco", "flickr30k"}
-    with pytest.raises(KeyError, match="unknown dataset recipe 'nope'"):
+    with pytest.raises(KeyError, match="unknown dataset 'nope'"):
         build_recipe("nope", None, tmp_path)
 
 

@@ -152,20 +152,24 @@ def test_import_submodules_skips_helpers_and_private_modules(
 def test_losses_models_recipes_and_backends_share_the_one_registry() -> None:
     from data_recipes import RECIPES
     from data_recipes.registry import RECIPE_BUILDERS
-    from data_recipes.registry import Registry as ReexportedRegistry
+    from models.backbones import BACKBONES
     from models.losses import LOSSES, build_loss
     from models.registry import MODELS, model_class
-    from serving.index import APPROXIMATE_BACKENDS
-    from serving.neighbors import BACKENDS, SEARCH_BACKENDS, choose_backend
+    from models.settings import SELECTION_METRICS
+    from pipeline.config.profiles import PROFILES
+    from pipeline.config.variants import VARIANTS
+    from serving.backends import APPROXIMATE_BACKENDS, BACKENDS, SEARCH_BACKENDS, choose_backend
+    from serving.graph_search import HnswSearch
 
-    assert ReexportedRegistry is Registry
-    for registry in (LOSSES, MODELS, RECIPE_BUILDERS, SEARCH_BACKENDS):
+    registries = (LOSSES, MODELS, RECIPE_BUILDERS, SEARCH_BACKENDS, VARIANTS, PROFILES, BACKBONES, SELECTION_METRICS)
+    for registry in registries:
         assert isinstance(registry, Registry)
     assert RECIPES == RECIPE_BUILDERS.names() and {"vse", "pvse"} <= set(MODELS)
     assert LOSSES["angular"].name == "angular" and model_class("vse") is MODELS["vse"]
     assert BACKENDS == ("auto", "exact", "annoy", "hnsw", "pq")
     # the backends kept in a file beside the vectors are the approximate ones of the table
     assert set(APPROXIMATE_BACKENDS) == set(SEARCH_BACKENDS.names(approximate=True))
+    assert SEARCH_BACKENDS["hnsw"] is HnswSearch, "the table holds the classes"
     with pytest.raises(KeyError, match="unknown loss 'angualr'; did you mean 'angular'\\? available: "):
         build_loss("angualr")
     with pytest.raises(KeyError, match="unknown model 'vs'; did you mean 'vse'\\? available: pvse, vse"):

@@ -124,7 +124,7 @@ def test_an_option_the_recipe_does_not_take_is_refused_naming_the_valid_ones():
         ("neighbors.k", r"^--set 'neighbors.k': expected path=value"),
         ("split.val=1.5", r"between 0 and 1"),
         ("split.tset=0.2", r"^split has no setting 'tset' \(did you mean 'test'\?\)"),
-        ("train.selection=val_r1", r"^--set train.selection: selection must be one of"),
+        ("train.selection=val_r1", r"^--set train.selection: unknown selection metric 'val_r1'; did you mean"),
         ("variants.oure.train.epochs=3", r"unknown variant 'oure' \(did you mean 'ours'\?\)"),
         ("variants.*.train.learnig_rate=1", r"^train has no setting 'learnig_rate' \(did you mean 'learning_rate'\?\)"),
         ("variants.ours.within_modality.text_wieght=1", r"unknown parameter\(s\) of loss 'within_modality' \['text_wieght'\]"),

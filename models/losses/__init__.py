@@ -1,5 +1,5 @@
 """Loss library: one loss per module, each registered by name (see ``base``); what several losses share is in
-the helper modules ``checks`` (guards, masks, distances, COCOS keys), ``pair_terms`` (angular, triplet and
+the helper modules ``checks`` (guards, masks, COCOS keys), ``distances`` (distances and which negatives a hinge keeps, by name), ``pair_terms`` (angular, triplet and
 within-modality terms) and ``softmax_terms`` (the softmax family). Every other module is a loss and is
 imported here so that its registration runs."""
 
@@ -7,7 +7,7 @@ from common.registry import import_submodules
 from models.losses.base import LOSSES, Loss, LossOutput, LossPreconditionError, build_loss, register_loss
 
 #: modules of this package that define no loss (a new shared helper module is added here)
-HELPER_MODULES = ("base", "checks", "pair_terms", "softmax_terms")
+HELPER_MODULES = ("base", "checks", "distances", "pair_terms", "softmax_terms")
 
 import_submodules(__name__, __path__, skip=HELPER_MODULES)
 

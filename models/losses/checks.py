@@ -30,8 +30,6 @@ COCOS_EPS = 0.01
 #: loose enough for bf16 autocast outputs (eps 7.8e-3), tight enough to catch un-normalised embeddings.
 UNIT_NORM_TOLERANCE = 1e-2
 #: below this squared distance sqrt's gradient is cut, so identical embeddings give 0 gradient, not NaN
-EUCLIDEAN_FLOOR = 1e-16
-DISTANCES = ("squared_l2", "cosine", "euclidean")
 
 
 # --------------------------------------------------------------------------------------------- input guards
@@ -211,27 +209,6 @@ def same_group_mask(group_ids: Tensor | None, batch_size: int, device: torch.dev
 
 
 # ------------------------------------------------------------------------------- distances and similarities
-
-
-def paired_distance(x: Tensor, y: Tensor, distance: str) -> Tensor:
-    """``[N]`` distance between row i of ``x`` and row i of ``y`` (cosine distance is 1 − x·y)."""
-    check_choice("distance", distance, DISTANCES)
-    if distance == "cosine":
-        return 1.0 - (x * y).sum(dim=1)
-    squared = (x - y).pow(2).sum(dim=1)
-    return squared if distance == "squared_l2" else squared.clamp_min(EUCLIDEAN_FLOOR).sqrt()
-
-
-def pairwise_distance(x: Tensor, y: Tensor, distance: str) -> Tensor:
-    """``[N, P]`` distance between every row of ``x`` and every row of ``y``."""
-    check_choice("distance", distance, DISTANCES)
-    if distance == "cosine":
-        return 1.0 - x @ y.T
-    # expanded so no [N, P, D] tensor is built; the clamp undoes rounding below 0
-    squared = (
-        x.pow(2).sum(dim=1, keepdim=True) - 2.0 * x @ y.T + y.pow(2).sum(dim=1).unsqueeze(0)
-    ).clamp_min(0.0)
-    return squared if distance == "squared_l2" else squared.clamp_min(EUCLIDEAN_FLOOR).sqrt()
 
 
 def mil_similarity(image: Tensor, text: Tensor) -> Tensor:

@@ -27,13 +27,10 @@ from models.losses.checks import (
     default_group_ids,
     different_group_mask,
     neighbor_negative_mask,
-    paired_distance,
-    pairwise_distance,
 )
+from models.losses.distances import Distance, Negatives
 
 ANGULAR_FORMS = ("smooth", "hinge")
-#: how a hinge reduces over a query's negatives: sum over all, or the hardest one only (VSE++)
-NEGATIVE_MODES = ("all", "hardest")
 
 
 # --------------------------------------------------------------- pairwise terms (Thomas & Kovashka Eq. 1-3)
@@ -116,15 +113,9 @@ def angular_npair_contributions(
     return ((weights > eps) & negative_mask).sum(dim=1)
 
 
-def triplet_violations(
-    anchor: Tensor, positive: Tensor, negatives: Tensor, distance: str, margin: float
-) -> Tensor:
+def triplet_violations(anchor: Tensor, positive: Tensor, negatives: Tensor, distance: Distance, margin: float) -> Tensor:
     """``[Q, P]`` m + d(a_q, p_q) − d(a_q, n_p): positive where the triplet breaks the margin (Eq. 1)."""
-    return (
-        margin
-        + paired_distance(anchor, positive, distance).unsqueeze(1)
-        - pairwise_distance(anchor, negatives, distance)
-    )
+    return margin + distance.paired(anchor, positive).unsqueeze(1) - distance.pairwise(anchor, negatives)
 
 
 def triplet_terms(
@@ -132,22 +123,15 @@ def triplet_terms(
     positive: Tensor,
     negatives: Tensor,
     negative_mask: Tensor,
-    distance: str,
+    distance: Distance,
     margin: float,
-    negatives_mode: str = "all",
+    keep: Negatives,
 ) -> Tensor:
-    """``[Q]`` triplet loss of each anchor-positive pair over its masked negatives.
-
-    ``all``: Σ_n [m + d(a,p) − d(a,n)]_+ (Bleeker Eq. 3). ``hardest``: the term of the most violating
-    negative only (VSE++ max violation, Bleeker Eq. 1). A pair with no negatives contributes 0.
-    """
-    check_choice("negatives", negatives_mode, NEGATIVE_MODES)
+    """``[Q]`` triplet loss of each anchor-positive pair over its masked negatives, the ones ``keep`` keeps
+    (all of them, Bleeker Eq. 3; or the hardest, VSE++'s max violation, Eq. 1). A pair with no negatives
+    contributes 0."""
     check_negative_mask(negative_mask, anchor.shape[0], negatives.shape[0])
-    violations = triplet_violations(anchor, positive, negatives, distance, margin)
-    if negatives_mode == "all":
-        return torch.relu(violations).masked_fill(~negative_mask, 0.0).sum(dim=1)
-    hardest = violations.masked_fill(~negative_mask, -math.inf).max(dim=1).values
-    return torch.where(negative_mask.any(dim=1), torch.relu(hardest), torch.zeros_like(hardest))
+    return keep.triplet(triplet_violations(anchor, positive, negatives, distance, margin), negative_mask)
 
 
 def triplet_contributions(
@@ -155,17 +139,15 @@ def triplet_contributions(
     positive: Tensor,
     negatives: Tensor,
     negative_mask: Tensor,
-    distance: str,
+    distance: Distance,
     margin: float,
-    negatives_mode: str = "all",
+    keep: Negatives,
 ) -> Tensor:
-    """``LongTensor[Q]``: negatives in each pair's gradient (COCOS C^q, Bleeker §4): violating terms for
-    ``all``; 1 if the hardest negative violates the margin, else 0, for ``hardest``."""
+    """``LongTensor[Q]``: negatives in each pair's gradient (COCOS C^q, Bleeker §4): the violating ones of what
+    ``keep`` keeps."""
     check_negative_mask(negative_mask, anchor.shape[0], negatives.shape[0])
     violating = (triplet_violations(anchor, positive, negatives, distance, margin) > 0) & negative_mask
-    if negatives_mode == "hardest":
-        return violating.any(dim=1).long()
-    return violating.sum(dim=1)
+    return keep.contributing(violating)
 
 
 # ------------------------------------------------------------------- batch set-ups shared by several losses

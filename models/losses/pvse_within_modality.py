@@ -13,14 +13,13 @@ from torch import Tensor
 from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
 from models.losses.checks import (
     Neighbors,
-    check_choice,
     check_multi_embeddings,
     check_pair_embeddings,
     mil_similarity,
     value_checks_enabled,
 )
+from models.losses.distances import Negatives, negatives_named
 from models.losses.pair_terms import (
-    NEGATIVE_MODES,
     NeighborPairs,
     NeighborTerm,
     neighbor_contributions,
@@ -53,7 +52,7 @@ def within_modality_hinge(
     candidates: Tensor,
     valid_negative: Tensor,
     margin: float,
-    negatives: str,
+    keep: Negatives,
 ) -> Tensor:
     """Mean over anchors of ``[margin + s(a, n) - s(a, p)]_+`` with ``s`` the MIL similarity, reduced over the
     valid negatives ``n`` by their maximum ("hardest") or their sum ("all", the N-pairs sum of Eq. 3).
@@ -65,8 +64,7 @@ def within_modality_hinge(
         return candidates.sum() * 0.0  # keeps the graph so a batch without neighbors still backpropagates
     violations = within_modality_violations(anchors, positives, candidates, margin).clamp(min=0)
     violations = violations.masked_fill(~valid_negative, 0.0)
-    per_anchor = violations.amax(dim=1) if negatives == "hardest" else violations.sum(dim=1)
-    return per_anchor.mean()
+    return keep.hinged(violations).mean()
 
 
 def within_modality_contributions(
@@ -75,13 +73,13 @@ def within_modality_contributions(
     candidates: Tensor,
     valid_negative: Tensor,
     margin: float,
-    negatives: str,
+    keep: Negatives,
 ) -> Tensor:
     """``LongTensor[M]``: negatives in each anchor's gradient in :func:`within_modality_hinge` (COCOS C^q,
     Bleeker & de Rijke §4): the violating valid negatives for "all"; for "hardest", 1 when the hardest valid
     negative breaks the margin (exactly when some valid negative does), else 0."""
     violating = (within_modality_violations(anchors, positives, candidates, margin) > 0) & valid_negative
-    return violating.any(dim=1).long() if negatives == "hardest" else violating.sum(dim=1)
+    return keep.contributing(violating)
 
 
 @register_loss("pvse_within_modality", model="pvse")
@@ -126,11 +124,10 @@ class PvseWithinModality(Loss[NeighborPairs]):
             raise ValueError(
                 f"text_weight, image_weight and within_margin must be >= 0, got {text_weight}, {image_weight}, {within_margin}"
             )
-        check_choice("negatives", negatives, NEGATIVE_MODES)
         self.text_weight = text_weight
         self.image_weight = image_weight
         self.within_margin = within_margin
-        self.negatives = negatives
+        self.negatives = negatives_named(negatives)
 
     def prepare(
         self,

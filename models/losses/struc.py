@@ -17,7 +17,6 @@ from torch import Tensor
 
 from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
 from models.losses.checks import (
-    DISTANCES,
     check_choice,
     check_embedding_matrix,
     check_negative_mask,
@@ -25,10 +24,9 @@ from models.losses.checks import (
     contribution_summary,
     default_group_ids,
     neighbor_negative_mask,
-    paired_distance,
-    pairwise_distance,
     require_neighbors,
 )
+from models.losses.distances import distance_named
 
 SPACES = ("text", "image")
 GROUP_SOURCES = ("ground_truth", "neighbors")
@@ -79,13 +77,12 @@ class Struc(Loss[Tensor]):
         check_choice("group_source", group_source, GROUP_SOURCES)
         if top_k is not None and top_k < 1:
             raise LossPreconditionError(f"top_k={top_k}: keep at least one negative, or None for all of them")
-        check_choice("distance", distance, DISTANCES)
         self.space = space
         self.margin = margin
         self.weight = weight
         self.group_source = group_source
         self.top_k = top_k
-        self.distance = distance
+        self.distance = distance_named(distance)
         if group_source == "neighbors":
             # per instance: only this configuration makes the trainer sample neighbors
             self.needs = frozenset(NEIGHBOR_KEYWORDS)
@@ -98,17 +95,17 @@ class Struc(Loss[Tensor]):
         """The ``[Q, P]`` violations of every (anchor-positive pair, pool row), −inf where no negative."""
         check_pair_embeddings(image, text)
         embeddings = text if self.space == "text" else image
-        check_embedding_matrix(self.space, embeddings, unit_norm=self.distance == "cosine")
+        check_embedding_matrix(self.space, embeddings, unit_norm=self.distance.needs_unit_norm)
         groups = default_group_ids(group_ids, embeddings.shape[0], embeddings.device)
         if self.group_source == "ground_truth":
             return self._ground_truth_violations(embeddings, groups)
         sampled = require_neighbors(image, group_ids, inputs)
         neighbors = sampled.text if self.space == "text" else sampled.image
-        check_embedding_matrix(f"neighbor_{self.space}", neighbors, unit_norm=self.distance == "cosine")
+        check_embedding_matrix(f"neighbor_{self.space}", neighbors, unit_norm=self.distance.needs_unit_norm)
         mask = neighbor_negative_mask(groups, sampled.of, sampled.group_ids)
-        anchor_to_positive = paired_distance(embeddings[sampled.of], neighbors, self.distance)
-        batch_to_pool = pairwise_distance(embeddings, embeddings, self.distance)[sampled.of]
-        neighbor_to_pool = pairwise_distance(neighbors, embeddings, self.distance)
+        anchor_to_positive = self.distance.paired(embeddings[sampled.of], neighbors)
+        batch_to_pool = self.distance.pairwise(embeddings, embeddings)[sampled.of]
+        neighbor_to_pool = self.distance.pairwise(neighbors, embeddings)
         return torch.cat(
             [
                 structure_violations(anchor_to_positive, batch_to_pool, mask, self.margin),
@@ -127,11 +124,9 @@ class Struc(Loss[Tensor]):
                 "sampler drawing k captions of each image) or use group_source='neighbors' with sampled "
                 "neighbors"
             )
-        distances = pairwise_distance(embeddings, embeddings, self.distance)
+        distances = self.distance.pairwise(embeddings, embeddings)
         # the anchor-positive distance is taken row-wise so identical mates give exactly 0
-        anchor_to_positive = paired_distance(
-            embeddings[anchor_index], embeddings[positive_index], self.distance
-        )
+        anchor_to_positive = self.distance.paired(embeddings[anchor_index], embeddings[positive_index])
         return structure_violations(
             anchor_to_positive, distances[anchor_index], ~same_group[anchor_index], self.margin
         )

@@ -11,9 +11,9 @@ from __future__ import annotations
 from torch import Tensor
 
 from models.losses.base import Loss, LossOutput, register_loss
-from models.losses.checks import DISTANCES, check_choice, contribution_summaries
+from models.losses.checks import contribution_summaries
+from models.losses.distances import distance_named, negatives_named
 from models.losses.pair_terms import (
-    NEGATIVE_MODES,
     CrossModalPairs,
     cross_modal_pairs,
     triplet_contributions,
@@ -39,10 +39,8 @@ class Triplet(Loss[CrossModalPairs]):
         symmetric: bool = True,
     ) -> None:
         super().__init__()
-        check_choice("distance", distance, DISTANCES)
-        check_choice("negatives", negatives, NEGATIVE_MODES)
-        self.distance = distance
-        self.negatives = negatives
+        self.distance = distance_named(distance)
+        self.negatives = negatives_named(negatives)
         self.margin = margin
         self.symmetric = symmetric
 
@@ -50,7 +48,7 @@ class Triplet(Loss[CrossModalPairs]):
         self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **unused: Tensor
     ) -> CrossModalPairs:
         # cosine distance is 1 − a·b only for unit vectors; the Euclidean forms need no normalisation
-        unit_norm = self.distance == "cosine"
+        unit_norm = self.distance.needs_unit_norm
         return cross_modal_pairs(image, text, group_ids, symmetric=self.symmetric, unit_norm=unit_norm)
 
     def compute(self, pairs: CrossModalPairs) -> LossOutput:

@@ -16,12 +16,12 @@ from torch import Tensor
 from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
 from models.losses.checks import (
     COCOS_EPS,
-    DISTANCES,
     check_choice,
     check_embedding_matrix,
     check_pair_embeddings,
     require_neighbors,
 )
+from models.losses.distances import NEGATIVES, distance_named
 from models.losses.pair_terms import (
     ANGULAR_FORMS,
     NeighborPairs,
@@ -78,7 +78,6 @@ class WithinModality(Loss[NeighborPairs]):
                 f"within-modality form {form!r} is unknown; choose one of {sorted(PAPER_WEIGHTS)}"
             )
         check_choice("angular_form", angular_form, ANGULAR_FORMS)
-        check_choice("distance", distance, DISTANCES)
         if weight_scale < 0 or min(w for w in (text_weight, image_weight, 0.0) if w is not None) < 0:
             raise LossPreconditionError(
                 f"weight_scale, text_weight and image_weight must be >= 0, got {weight_scale}, {text_weight}, {image_weight}"
@@ -90,14 +89,14 @@ class WithinModality(Loss[NeighborPairs]):
         self.angular_form = angular_form
         self.tan_sq = tan_squared(alpha_degrees)
         self.margin = margin
-        self.distance = distance
+        self.distance = distance_named(distance)
         self.cocos_eps = cocos_eps
 
     def _unit_norm_needed(self) -> bool:
         """The smooth angular form and the cosine distance assume unit vectors; the others do not."""
         if self.form == "angular":
             return self.angular_form == "smooth"
-        return self.distance == "cosine"
+        return self.distance.needs_unit_norm
 
     def prepare(
         self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **inputs: Tensor
@@ -134,7 +133,7 @@ class WithinModality(Loss[NeighborPairs]):
                     pairs.negative_mask,
                     self.distance,
                     self.margin,
-                    "all",
+                    NEGATIVES["all"],
                 )
             losses[f"within_{term.modality}_loss"] = term.weight * terms.mean()
         return losses
@@ -154,5 +153,5 @@ class WithinModality(Loss[NeighborPairs]):
                 self.cocos_eps,
             )
         return triplet_contributions(
-            term.anchors, term.positives, term.pool, negative_mask, self.distance, self.margin, "all"
+            term.anchors, term.positives, term.pool, negative_mask, self.distance, self.margin, NEGATIVES["all"]
         )

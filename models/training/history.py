@@ -32,7 +32,7 @@ class TrainResult:
         """Strictly better than the best so far (a tie keeps the earlier epoch)."""
         if self.best_score is None:
             return not math.isnan(value)
-        return value > self.best_score if SELECTION_METRICS[self.selection] == "max" else value < self.best_score
+        return SELECTION_METRICS[self.selection].better(value, self.best_score)
 
     def record(self, row: dict) -> bool:
         """Append an epoch's row; whether its selection metric is a new best (then it becomes the best)."""

@@ -43,12 +43,12 @@ def check_training_inputs(
             f"losses {needs_neighbors} need sampled semantic neighbors but no neighbor table was given: "
             "set the variant's neighbor_source to 'text' or 'image'"
         )
-    if settings.trunk == "frozen" and data.image_features is None:
+    if settings.trunk_mode.cached_features and data.image_features is None:
         raise ValueError(
             "trunk='frozen' trains on cached trunk features, but the pair data holds none: pass "
             "PairData(image_features=...) (the TrunkFeatures task's output)"
         )
-    if settings.trunk == "frozen" and settings.horizontal_flip:
+    if settings.trunk_mode.cached_features and settings.horizontal_flip:
         raise ValueError(
             "horizontal_flip needs pixels, but a frozen trunk trains on cached features: set "
             "horizontal_flip=False (VSE++ and PVSE do not flip precomputed features either)"

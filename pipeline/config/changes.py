@@ -23,6 +23,7 @@ downstream tasks, and no other.
 from __future__ import annotations
 
 import json
+import math
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -72,6 +73,19 @@ def read_value(text: str) -> Any:
         return text
 
 
+class FlagChange(str):
+    """A change a command-line flag stands for (``--seeds [0,1]`` is ``seeds=[0, 1]``): an error names the flag."""
+
+    flag = ""
+
+
+def flag_change(path: str, value: Any, flag: str) -> FlagChange:
+    """``path=value`` (the value as JSON, so a string stays a string whatever it looks like), from ``flag``."""
+    change = FlagChange(f"{path}={json.dumps(value, sort_keys=True)}")
+    change.flag = flag
+    return change
+
+
 def split_change(change: str) -> tuple[str, str]:
     """``path=value`` -> (path, raw value); one line naming the expected shape otherwise."""
     path, equals, value = change.partition("=")
@@ -101,6 +115,8 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
             return value
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # JSON's NaN, Infinity and 1e400 parse; no setting takes them
+                raise RunConfigurationError(f"{where}: {value!r} is not a finite number")
             return float(value)
     elif hint is str:
         if isinstance(value, str):
@@ -128,8 +144,32 @@ def _type_name(hint: Any) -> str:
     return str(hint)
 
 
+def _each(test: Any) -> Any:
+    """A test of every item of a list setting (and that there is one)."""
+    return lambda values: bool(values) and all(test(v) for v in values)
+
+
 #: the range of the settings whose type alone lets nonsense through: path -> (test, what it must be)
 LIMITS: dict[str, tuple[Any, str]] = {
+    "train.lr_patience": (lambda v: v >= 0, ">= 0"),
+    "train.lr_factor": (lambda v: 0 < v < 1, "in (0, 1)"),
+    "train.early_stopping_patience": (lambda v: v is None or v >= 1, ">= 1 or null"),
+    "train.selection_max_pairs": (lambda v: v >= 2, ">= 2"),
+    "train.selection_n_way": (lambda v: v >= 2, ">= 2"),
+    **{f"train.{name}": (lambda v: v >= 1, ">= 1") for name in ("nproc_per_node", "nnodes", "prefetch_batches", "log_every_steps")},
+    "train.num_workers": (lambda v: v is None or v >= 0, ">= 0 or null"),
+    "word_vectors.max_vocab": (lambda v: v >= 1, ">= 1"),
+    **{f"doc2vec.{name}": (lambda v: v in (0, 1), "0 or 1") for name in ("dm", "hs")},
+    "doc2vec.negative": (lambda v: v >= 0, ">= 0"),
+    "neighbors.search_k": (lambda v: v == -1 or v >= 1, "-1 (Annoy's default) or >= 1"),
+    "neighbors.recall_queries": (lambda v: v >= 0, ">= 0"),
+    "eval.preservation_ks": (_each(lambda v: v >= 1), "a list of k >= 1"),
+    "eval.paper_preservation_ratio": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "tuning.trial_seeds": (_each(lambda v: v >= 0), "a list of seeds >= 0"),
+    "tuning.draw_seed": (lambda v: v >= 0, ">= 0"),
+    "tuning.extended_epochs": (lambda v: v is None or v >= 1, ">= 1 or null"),
+    "tuning.bootstrap_resamples": (lambda v: v >= 1, ">= 1"),
+    "data.seed": (lambda v: v >= 0, ">= 0"),
     **{f"train.{name}": (lambda v: v >= 1, ">= 1") for name in ("epochs", "batch_size", "embed_dim", "gru_hidden", "max_text_tokens", "image_size")},
     "train.learning_rate": (lambda v: v > 0, "> 0"),
     "train.weight_decay": (lambda v: v >= 0, ">= 0"),
@@ -168,9 +208,10 @@ def _set_field(obj: Any, name: str, value: Any, where: str, what: str) -> Any:
         raise RunConfigurationError(f"{where}: {error}") from None
 
 
-def apply_change(profile: Profile, path: str, value: Any) -> Profile:
-    """``profile`` with the setting at ``path`` set to ``value`` (already read from text)."""
-    where = f"--set {path}"
+def apply_change(profile: Profile, path: str, value: Any, where: str = "") -> Profile:
+    """``profile`` with the setting at ``path`` set to ``value`` (already read from text); an error names
+    ``where`` (default: ``--set <path>``)."""
+    where = where or f"--set {path}"
     parts = path.split(".")
     head = parts[0]
     if head not in TOP_LEVEL:
@@ -192,8 +233,8 @@ def apply_change(profile: Profile, path: str, value: Any) -> Profile:
         return replace(profile, split_fractions=_split_change(profile.split_fractions, parts, value, where))
     if head == "seeds":
         seeds = coerce(value, tuple[int, ...], where)
-        if not seeds or len(set(seeds)) != len(seeds):
-            raise RunConfigurationError(f"{where}: give distinct seeds, at least one, e.g. seeds=[0,1,2]")
+        if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+            raise RunConfigurationError(f"{where}: give distinct seeds >= 0, at least one, e.g. seeds=[0,1,2]; got {list(seeds)}")
         return replace(profile, seeds=seeds, seeds_by_variant={})
     return _variant_change(profile, parts, value, where)
 
@@ -270,7 +311,7 @@ def apply_changes(profile: Profile, changes: Sequence[str]) -> Profile:
     split_changed: set[str] = set()
     for change in changes:
         path, raw = split_change(change)
-        profile = apply_change(profile, path, read_value(raw))
+        profile = apply_change(profile, path, read_value(raw), getattr(change, "flag", ""))
         if path.startswith("split."):
             split_changed.add(path.split(".", 1)[1])
     if split_changed:
@@ -322,7 +363,10 @@ def settings_tree(profile: Profile) -> dict[str, Any]:
 
 def sweep_values(sweep: str) -> tuple[str, list[str]]:
     """``path=v1,v2,...`` -> (path, raw values); commas inside brackets belong to a value (``[0,1],[2]``)."""
-    path, raw = split_change(sweep)
+    path, equals, raw = sweep.partition("=")
+    path = path.strip()
+    if not equals or not path:
+        raise RunConfigurationError(f"--sweep {sweep!r}: expected path=v1,v2,..., e.g. --sweep neighbors.k=10,20,50")
     values, depth, current = [], 0, ""
     for char in raw:
         depth += char in "[{"

@@ -27,7 +27,16 @@ from typing import Any
 from common.hashing import stable_hash
 from data_recipes import CAPTION_GROUP_RECIPES
 from models.settings import TrainSettings
-from pipeline.config.changes import EVERY_VARIANT, VARIANT_KEYS, apply_changes, settings_tree
+from pipeline.config.changes import (
+    EVERY_VARIANT,
+    VARIANT_KEYS,
+    apply_change,
+    apply_changes,
+    flag_change,
+    read_value,
+    settings_tree,
+    split_change,
+)
 from pipeline.config.checks import (
     RunConfigurationError,
     check_gpu_fit,
@@ -235,28 +244,60 @@ def _resolved(settings: Profile, name: str) -> Variant:
 
 def check_plan(plan: RunPlan, also: Mapping[str, Variant]) -> None:
     """Everything a resolved plan must satisfy before any work, one :class:`RunConfigurationError` naming the
-    first value that does not: the dataset's recipe and its options, every variant's losses (``also``: variants
-    a change names that the run does not build, checked to build all the same), the tuning budget and the GPUs
-    the variants ask for."""
+    first value that does not and what it accepts: the dataset (its recipe, raw files and options), every
+    variant's losses (``also``: variants a change names that the run does not build, checked to build all the
+    same), trunk and selection settings, labels, the tuning budget and the GPUs the variants ask for. What
+    depends on the data's counts (an n-way task against a split) is checked by Split, before any training."""
     from data_recipes import RECIPE_BUILDERS
 
     s = plan.settings
     if s.recipe not in RECIPE_BUILDERS:
-        raise RunConfigurationError(RECIPE_BUILDERS.unknown_message(s.recipe).replace("unknown dataset recipe", "unknown dataset"))
+        raise RunConfigurationError(RECIPE_BUILDERS.unknown_message(s.recipe))
     generated = RECIPE_BUILDERS.tags(s.recipe)["generated"]
     if s.shards and generated:
         raise RunConfigurationError(
             f"shards need a recipe that reads raw files; the {s.recipe} dataset is generated (change its options "
             "with --set data.options.<name>=... instead)"
         )
+    if not generated:
+        for path in plan.shard_dirs():
+            if not path or not Path(path).exists():
+                raise RunConfigurationError(f"--raw-dir / --shards: {path or '(none given)'} does not exist; the {s.recipe} recipe reads its raw files from there")
     check_recipe_options(s.recipe, plan.recipe_options())
+    if s.doc2vec.hs == 0 and s.doc2vec.negative == 0:
+        raise RunConfigurationError("doc2vec: hs=0 and negative=0 leave Doc2Vec no output layer to train; set doc2vec.hs=1 or doc2vec.negative>0")
     for name, spec in [*plan.variants.items(), *also.items()]:
         try:
             spec.build_losses()  # a value a loss refuses (a negative weight) stops the run now
         except (VariantError, ValueError, TypeError) as error:
             raise RunConfigurationError(f"--set variants.{name}: {error}") from None
+    for name in plan.variants:
+        check_training(name, plan.train_settings(name))
+    labels = [plan.variants[name].label for name in plan.grid]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise RunConfigurationError(
+            f"variant labels {repeated} name several variants of the run: the report's rows and headline would "
+            "read alike; give each its own with --set variants.<name>.label=..."
+        )
     check_tuning(s, plan.tuned_variants(), plan.variants)
     check_gpu_fit({name: plan.train_settings(name).nproc_per_node for name in plan.grid})
+
+
+def check_training(name: str, t: TrainSettings) -> None:
+    """A variant's training settings that only a later task would refuse: its image trunk, and a selection
+    sample too small for the n-way task that scores it."""
+    from models.backbones import backbone_spec
+
+    try:
+        backbone_spec(t.backbone)
+    except KeyError as error:
+        raise RunConfigurationError(f"variant {name}: train.backbone: {error}") from None
+    if t.selection == "val_nway_r1" and t.selection_max_pairs < t.selection_n_way:
+        raise RunConfigurationError(
+            f"variant {name}: train.selection_max_pairs ({t.selection_max_pairs}) is below the n-way task it "
+            f"selects by (train.selection_n_way {t.selection_n_way}): raise it"
+        )
 
 
 # ---------------------------------------------------------------------------------------------- the file
@@ -312,11 +353,6 @@ def forget_plans() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the flags
-def change(path: str, value: Any) -> str:
-    """``path=value`` with the value as JSON (a string stays a string whatever it looks like)."""
-    return f"{path}={json.dumps(value, sort_keys=True)}"
-
-
 def flag_changes(
     *,
     dataset: str | None = None,
@@ -329,24 +365,25 @@ def flag_changes(
     protocol: str = "",
     variant_overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
-    """The ``--set`` changes the command line's flags stand for (a flag left at its default changes nothing)."""
+    """The ``--set`` changes the command line's flags stand for (a flag left at its default changes nothing);
+    an error in one names its flag."""
     out: list[str] = []
     if dataset is not None:
-        out.append(change("data.recipe", dataset))
+        out.append(flag_change("data.recipe", dataset, "--dataset"))
     if raw_dir:
-        out.append(change("data.raw_dir", raw_dir))
+        out.append(flag_change("data.raw_dir", raw_dir, "--raw-dir"))
     if shards:
-        out.append(change("data.shards", list(shards)))
+        out.append(flag_change("data.shards", list(shards), "--shards"))
     for name, value in (dataset_options or {}).items():
-        out.append(change(f"data.options.{name}", value))
+        out.append(flag_change(f"data.options.{name}", value, f"--dataset-options {name}"))
     if data_seed is not None:
-        out.append(change("data.seed", data_seed))
+        out.append(flag_change("data.seed", data_seed, "--data-seed"))
     if reject_budget is not None:
-        out.append(change("data.reject_budget", reject_budget))
+        out.append(flag_change("data.reject_budget", reject_budget, "--reject-budget"))
     if seeds:
-        out.append(change("seeds", list(seeds)))
+        out.append(flag_change("seeds", list(seeds), "--seeds"))
     if protocol:
-        out.append(change("tuning.protocol", protocol))
+        out.append(flag_change("tuning.protocol", protocol, "--protocol"))
     for variant, targets in (variant_overrides or {}).items():
         if variant not in VARIANTS:
             raise RunConfigurationError(f"--variant-overrides: {VARIANTS.unknown_message(variant)}")
@@ -356,15 +393,18 @@ def flag_changes(
                 '\'{"ours": {"train": {"learning_rate": 0.001}}}\''
             )
         for target, value in targets.items():
+            where = f"--variant-overrides {variant}.{target}"
             if isinstance(value, Mapping):
-                out += [change(f"variants.{variant}.{target}.{name}", item) for name, item in value.items()]
+                out += [flag_change(f"variants.{variant}.{target}.{name}", item, f"{where}.{name}") for name, item in value.items()]
             else:
-                out.append(change(f"variants.{variant}.{target}", value))
+                out.append(flag_change(f"variants.{variant}.{target}", value, where))
     return out
 
 
-def with_change(plan: RunPlan, extra: str) -> RunPlan:
-    """``plan`` resolved again with one more change (a sweep's value)."""
+def with_change(plan: RunPlan, extra: str, flag: str = "--sweep") -> RunPlan:
+    """``plan`` resolved again with one more change (a sweep's value); an error in it names ``flag``."""
+    path, raw = split_change(extra)
+    apply_change(plan.settings, path, read_value(raw), f"{flag} {path}")  # its own value's one line first
     return resolve_plan(plan.profile, (*plan.changes, extra), plan.grid, [n for n in plan.variants if n not in plan.grid])
 
 
@@ -372,7 +412,6 @@ __all__ = [
     "PLAN_FILE",
     "PLAN_FOLDER",
     "RunPlan",
-    "change",
     "flag_changes",
     "forget_plans",
     "load_plan",

@@ -255,6 +255,12 @@ def atomic_directory(final: Path, *, resume: bool = False) -> Iterator[Path]:
         if not resume:
             shutil.rmtree(partial, ignore_errors=True)
         raise
+    except BaseException:
+        # kept for inspection when it holds something (a rejected input's rejects.csv); an empty one, what a
+        # check that failed before any write leaves, says nothing and goes
+        with suppress(OSError):
+            partial.rmdir()
+        raise
 
 
 def write_json(path: Path, payload: Any) -> None:

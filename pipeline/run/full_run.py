@@ -41,7 +41,7 @@ class FullRun(PlanParams, luigi.WrapperTask):
                 for value in values:
                     publish(with_change(self.run_plan, f"{path}={value}"), self.run_root)
             except RunConfigurationError as error:
-                exit_or_raise(RunConfigurationError(f"--sweep {self.sweep}: {error}"))
+                exit_or_raise(error)
 
     def default_grid(self) -> list[str]:
         return []  # the paper's grid for the dataset

@@ -37,7 +37,8 @@ class PlannedTask:
         if "seed" in params and "variant" in params:
             parts.append(f"seed {params['seed']}")
         overrides = _flatten(luigi.freezing.recursively_unfreeze(params.get("point") or {}))
-        parts += [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in overrides.items()]
+        # a tied knob sets one value under several losses (the angle of Ours's two terms): said once
+        parts += list(dict.fromkeys(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in overrides.items()))
         return " ".join(parts)
 
 

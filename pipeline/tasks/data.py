@@ -20,13 +20,19 @@ from data_recipes.image_cache import (
     load_image_cache,
     load_image_shards,
 )
-from data_recipes.manifest import ManifestError, check_manifest_columns, resolve_image_paths
+from data_recipes.manifest import (
+    ManifestError,
+    check_manifest_columns,
+    integer_group_ids,
+    resolve_image_paths,
+)
 from data_recipes.validate import (
     RejectBudgetExceeded,
     check_reject_budget,
     reject_counts,
     validate_records,
 )
+from pipeline.config.plan import RunPlan
 from pipeline.engine.outputs import read_json, save_frame, write_json
 from pipeline.engine.task import META_FILE, HashedTask
 from pipeline.steps.dedup import deduplicate_reusing
@@ -326,18 +332,37 @@ class Split(ManifestTask, PipelineTask):
         config = self.config()
         manifest = assign_splits(self.requires().manifest(), **config)
         manifest = manifest.sort_values("pair_id", kind="stable").reset_index(drop=True)
+        check_split_sizes(manifest, self.run_plan, config["fractions"])  # before anything is written
         save_frame(self.work_path(work_dir, "manifest"), manifest)
-        counts = manifest["split"].value_counts().to_dict()
-        # the fewest pairs each split needs: two anywhere; an n-way draw (checkpoint selection on val, the
-        # n-way tasks on test) needs n items. Checked here, before any training, once for every variant
-        train = self.settings.train
-        n_way = {"val": train.selection_n_way if train.selection == "val_nway_r1" else 2, "test": self.settings.eval.n_way}
-        for split in config["fractions"]:
-            need = max(2, n_way.get(split, 2))
-            if counts.get(split, 0) < need:
-                raise ManifestError(
-                    f"split {split!r} has {counts.get(split, 0)} pairs after dedup, fewer than the {need} it needs "
-                    f"({len(manifest)} pairs in all); the dataset is too small for the split "
-                    f"{config['fractions']}: give more pairs (a few hundred at least)"
-                )
-        return {"counts": counts}
+        return {"counts": manifest["split"].value_counts().to_dict()}
+
+
+def split_needs(plan: RunPlan) -> dict[str, int]:
+    """The n of the n-way task each split is scored by: checkpoint selection on val (the largest any variant
+    of the run selects by), the report's on test; 2 (a pair and one other item) where none is."""
+    selecting = [t for t in (plan.train_settings(name) for name in plan.variants) if t.selection == "val_nway_r1"]
+    return {"train": 2, "val": max([t.selection_n_way for t in selecting], default=2), "test": plan.settings.eval.n_way}
+
+
+def check_split_sizes(manifest: pd.DataFrame, plan: RunPlan, fractions: dict[str, float]) -> None:
+    """Every split can be scored as the run scores it, once the data's counts are known and before any
+    training: each query of an n-way task needs n - 1 items outside its own group (several captions of one
+    image are one group), and the k-NN tables need more train pairs than k. One line otherwise."""
+    groups = integer_group_ids(manifest).to_numpy()
+    needs = split_needs(plan)
+    for split in fractions:
+        rows = (manifest["split"] == split).to_numpy()
+        n, n_way = int(rows.sum()), needs.get(split, 2)
+        largest = int(np.bincount(groups[rows]).max()) if n else 0
+        if n - largest < n_way - 1 or n < 2:
+            raise ManifestError(
+                f"split {split!r} has {n} pairs after dedup ({n - largest} outside its largest group), too few for "
+                f"the {n_way}-way task it is scored by ({len(manifest)} pairs in all); the dataset is too small for "
+                f"the split {fractions}: give more pairs (a few hundred at least), or lower the n of that task"
+            )
+    k, n_train = plan.settings.neighbors.k, int((manifest["split"] == "train").sum())
+    if n_train <= k:
+        raise ManifestError(
+            f"the train split has {n_train} pairs, not more than neighbors.k = {k} nearest neighbors per pair: give "
+            f"more pairs or lower neighbors.k (--set neighbors.k={max(1, n_train // 4)})"
+        )

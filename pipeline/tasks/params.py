@@ -44,6 +44,50 @@ class SettingChangesParameter(luigi.Parameter):
         return json.dumps(list(x))
 
 
+class UnreadFlag(str):
+    """The text of a flag its parameter could not read (not JSON, not a number): kept until the plan is made,
+    which refuses it in one line (Luigi itself would print a traceback and exit 4)."""
+
+    accepts = ""
+
+
+def lenient(parameter: type[luigi.Parameter], accepts: str) -> type[luigi.Parameter]:
+    """``parameter`` whose ``parse`` keeps what it cannot read as an :class:`UnreadFlag` saying what it accepts."""
+
+    class Lenient(parameter):  # type: ignore[misc, valid-type]
+        def parse(self, x: Any) -> Any:
+            try:
+                return super().parse(x)
+            except (ValueError, TypeError):
+                unread = UnreadFlag(x)
+                unread.accepts = accepts
+                return unread
+
+        def normalize(self, x: Any) -> Any:
+            return x if isinstance(x, UnreadFlag) else super().normalize(x)
+
+        def _warn_on_wrong_param_type(self, param_name: str, param_value: Any) -> None:
+            if not isinstance(param_value, UnreadFlag):  # refused in one line instead
+                super()._warn_on_wrong_param_type(param_name, param_value)
+
+    Lenient.__name__ = f"Lenient{parameter.__name__}"
+    return Lenient
+
+
+JsonObjectParameter = lenient(luigi.DictParameter, "a JSON object")
+JsonListParameter = lenient(luigi.ListParameter, "a JSON list")
+SeedParameter = lenient(luigi.OptionalIntParameter, "an integer")
+ShareParameter = lenient(luigi.OptionalFloatParameter, "a number")
+
+
+def check_flags(task: Any) -> None:
+    """One line for the first flag its parameter could not read."""
+    for name in FLAGS:
+        value = getattr(task, name, None)
+        if isinstance(value, UnreadFlag):
+            raise RunConfigurationError(f"--{name.replace('_', '-')} {str(value)!r}: expected {value.accepts}")
+
+
 #: the command line's flags: read only by a task that starts a run, never passed to the tasks it requires
 FLAGS = (
     "profile",
@@ -75,22 +119,22 @@ class PlanParams:
     )
     dataset = luigi.OptionalParameter(default=None, description="recipe name (data_recipes/): --set data.recipe=...")
     raw_dir = luigi.Parameter(default="", description="folder with the raw dataset files: --set data.raw_dir=...")
-    shards = luigi.ListParameter(
+    shards = JsonListParameter(
         default=[],
         description="raw folders added later (a new dump, a new month), in arrival order: each is read, "
         "validated and cached once and deduplicated against everything before it (--set data.shards=[...])",
     )
-    dataset_options = luigi.DictParameter(default={}, description='recipe options, e.g. {"n_pairs": 2000}: --set data.options.<name>=...')
-    data_seed = luigi.OptionalIntParameter(default=None, description="seed of data generation, Doc2Vec, Annoy, features: --set data.seed=...")
-    reject_budget = luigi.OptionalFloatParameter(
+    dataset_options = JsonObjectParameter(default={}, description='recipe options, e.g. {"n_pairs": 2000}: --set data.options.<name>=...')
+    data_seed = SeedParameter(default=None, description="seed of data generation, Doc2Vec, Annoy, features: --set data.seed=...")
+    reject_budget = ShareParameter(
         default=None, description="largest share of input pairs that may be rejected: --set data.reject_budget=..."
     )
-    seeds = luigi.ListParameter(default=[], description="training seeds of every variant: --set seeds=[...]")
+    seeds = JsonListParameter(default=[], description="training seeds of every variant: --set seeds=[...]")
     protocol = luigi.Parameter(default="", description="shared | tuned | both: --set tuning.protocol=...")
-    variants = luigi.ListParameter(
+    variants = JsonListParameter(
         default=[], description="variants to compare (default: the paper's grid for the dataset, pipeline/config/variants.py)"
     )
-    variant_overrides = luigi.DictParameter(
+    variant_overrides = JsonObjectParameter(
         default={}, description='per-variant changes: {"ours": {"within_modality": {"text_weight": 0.5}}}: --set variants.<name>...'
     )
 
@@ -100,6 +144,7 @@ class PlanParams:
             # started from the command line (or from code): resolve, check and write the plan before any work;
             # a wrong value is one line and exit 2 on the command line
             try:
+                check_flags(self)
                 self._started_plan = publish(self.resolve_from_flags(), self.run_root)
             except RunConfigurationError as error:
                 exit_or_raise(error)
@@ -111,10 +156,9 @@ class PlanParams:
 
     def flag_changes(self) -> list[str]:
         """``--set`` changes, then the other flags' (a flag wins over a ``--set`` of the same setting)."""
-        try:
-            seeds = [int(seed) for seed in self.seeds]
-        except (TypeError, ValueError):
-            raise RunConfigurationError(f"--seeds {list(self.seeds)}: give integers, e.g. --seeds '[0,1,2]'") from None
+        seeds = list(self.seeds)
+        if not all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
+            raise RunConfigurationError(f"--seeds {seeds}: give integers, e.g. --seeds '[0,1,2]'")
         return [
             *self.set,
             *flag_changes(

@@ -80,7 +80,7 @@ def model_needs_spatial_features(spec: Variant) -> bool:
 
 def trunk_inputs(task: VariantParams, t: TrainSettings) -> dict[str, HashedTask]:
     """The cached trunk features a frozen-trunk variant trains and is evaluated on (nothing when fine-tuned)."""
-    if t.trunk != "frozen":
+    if not t.trunk_mode.cached_features:
         return {}
     return {
         "features": trunk_features_task(task, t, spatial=model_needs_spatial_features(task.variant_spec()))
@@ -105,7 +105,7 @@ def model_record(task: VariantParams, inputs: Mapping[str, HashedTask], data: Pa
         vocabulary_file=vocab_file,
         vocabulary_name=os.path.relpath(vocab_file.resolve(), task.output_dir().resolve()),
         vocabulary_size=len(vocab) + 2,
-        frozen_trunk_seed=task.run_plan.data_seed if t.trunk == "frozen" else None,
+        frozen_trunk_seed=task.run_plan.data_seed if t.trunk_mode.cached_features else None,
     )
 
 

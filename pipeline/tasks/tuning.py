@@ -98,7 +98,7 @@ class Tune(VariantChoice, PipelineTask):
     def metric(self) -> tuple[str, bool]:
         """The selection metric's name and whether higher is better."""
         name = self.train_settings().selection
-        return name, SELECTION_METRICS[name] == "max"
+        return name, SELECTION_METRICS[name].higher_is_better
 
     def requires(self) -> dict[str, list[Train]]:
         """The first step of the schedule, which never depends on a result: every trial's first rung (its
