@@ -63,5 +63,5 @@ def test_a_loss_is_part_of_what_a_train_runs_and_the_report_is_not():
 def test_the_versions_file_is_valid_json_beside_the_module():
     from pipeline.engine.code_versions import VERSIONS_FILE
 
-    assert VERSIONS_FILE == Path(__file__).resolve().parent.parent / "pipeline" / "code_versions.json"
+    assert VERSIONS_FILE == Path(__file__).resolve().parent.parent / "pipeline" / "engine" / "code_versions.json"
     assert recorded()["families"]["Train"]["fingerprint"]

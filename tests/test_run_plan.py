@@ -17,6 +17,9 @@ from pipeline.engine.task import META_FILE
 from pipeline.run.status import DONE, KEPT, STALE, task_plan
 from tests.luigi_runs import build, copied_root
 
+#: Train's recorded code version (a test bumps it by one)
+TRAIN = code_versions.version_of("Train")
+
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = {"PrepareShard", "PrepareDataset", "Deduplicate", "Split", "TrainDoc2Vec", "TrainWordVectors", "TrunkFeatures"}
 SMALL_GRID = {"profile": "smoke", "variants": ["ang_np_sym"], "seeds": [0], "protocol": "shared"}
@@ -71,13 +74,13 @@ def test_a_code_change_recomputes_its_task_and_everything_downstream_and_nothing
     planned = task_plan(run.requires())
     stale = {p.family for p in planned if p.status == STALE}
     assert stale == {"Train", "Evaluate", "Cocos", "SearchIndex", "Report"}
-    assert all("code: Train 1 -> 2" in p.reason for p in planned if p.status == STALE)
+    assert all(f"code: Train {TRAIN} -> {TRAIN + 1}" in p.reason for p in planned if p.status == STALE)
     assert {p.family for p in planned if p.status == DONE} == UPSTREAM | {"NeighborTables"}
     from pipeline.__main__ import show_plan
 
     show_plan(["--run-root", str(root), "--variants", '["ang_np_sym"]', "--seeds", "[0]", "--protocol", "shared", "--profile", "smoke"])
     shown = capsys.readouterr().out
-    assert "stale Train" in shown and "code: Train 1 -> 2" in shown and "done  Split" in shown
+    assert "stale Train" in shown and f"code: Train {TRAIN} -> {TRAIN + 1}" in shown and "done  Split" in shown
 
     result, ran = build([run])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
@@ -105,12 +108,12 @@ def test_keep_stale_takes_older_outputs_and_the_report_names_them(smoke_run, tmp
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
     assert "Train" not in ran.families() and "Evaluate" in ran.families()
     kept = run.report().load("run_plan")["kept_stale_outputs"]
-    assert any(k["task"].startswith("Train/") and "Train 1 -> 2" in k["reason"] for k in kept)
+    assert any(k["task"].startswith("Train/") and f"Train {TRAIN} -> {TRAIN + 1}" in k["reason"] for k in kept)
     assert "kept with --keep-stale" in run.report().output_path("markdown").read_text()
     # what was made from a kept output is stale too, to a run without the flag
     luigi.task_register.Register.clear_instance_cache()
     again = {p.family: p for p in task_plan(FullRun(run_root=str(root), set=("eval.redraws=3",), **SMALL_GRID).requires())}
-    assert again["Evaluate"].status == STALE and "Train 1 -> 2" in again["Evaluate"].reason
+    assert again["Evaluate"].status == STALE and f"Train {TRAIN} -> {TRAIN + 1}" in again["Evaluate"].reason
 
 
 def test_a_setting_only_the_tuned_runs_evaluations_use_remakes_them_and_the_report(smoke_run, tmp_path):

@@ -5,7 +5,8 @@ import pytest
 
 from pipeline.config.changes import apply_changes, settings_tree, sweep_values
 from pipeline.config.checks import RunConfigurationError
-from pipeline.config.plan import RunPlan, flag_changes, resolve_plan
+from pipeline.config.flags import flag_changes
+from pipeline.config.plan import RunPlan, resolve_plan
 from pipeline.config.profiles import SMOKE
 
 

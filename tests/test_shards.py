@@ -199,11 +199,12 @@ def test_growth_decodes_only_the_new_shard_and_clears_an_abandoned_partial(built
 def test_the_reject_budget_is_a_gate_not_part_of_the_decoded_shards(built):
     grown = built["grown"]
     # a larger budget reuses every output: nothing is validated or decoded again
-    result, ran = build([grown.clone(Split, reject_budget=0.5)])
+    flags = {name: grown.param_kwargs[name] for name in ("run_root", "profile", "dataset", "raw_dir", "shards")}
+    result, ran = build([Split(**flags, reject_budget=0.5)])
     assert result.status == SUCCESS and ran.ran == []
     # B rejects 7 of its 70 rows (10%; 14 of 178 in all, 7.9%): a smaller budget stops the build, without
     # decoding anything
-    strict = grown.clone(PrepareDataset, reject_budget=0.08)
+    strict = PrepareDataset(**flags, reject_budget=0.08)
     assert not strict.complete()
     result, ran = build([strict])
     assert result.status == luigi.execution_summary.LuigiStatusCode.FAILED and ran.ran == []

@@ -32,7 +32,6 @@ from pipeline.config.changes import (
     VARIANT_KEYS,
     apply_change,
     apply_changes,
-    flag_change,
     read_value,
     settings_tree,
     split_change,
@@ -352,55 +351,6 @@ def forget_plans() -> None:
     _PLANS.clear()
 
 
-# ---------------------------------------------------------------------------------------------- the flags
-def flag_changes(
-    *,
-    dataset: str | None = None,
-    raw_dir: str | None = None,
-    shards: Sequence[str] = (),
-    dataset_options: Mapping[str, Any] | None = None,
-    data_seed: int | None = None,
-    reject_budget: float | None = None,
-    seeds: Sequence[int] = (),
-    protocol: str = "",
-    variant_overrides: Mapping[str, Mapping[str, Any]] | None = None,
-) -> list[str]:
-    """The ``--set`` changes the command line's flags stand for (a flag left at its default changes nothing);
-    an error in one names its flag."""
-    out: list[str] = []
-    if dataset is not None:
-        out.append(flag_change("data.recipe", dataset, "--dataset"))
-    if raw_dir:
-        out.append(flag_change("data.raw_dir", raw_dir, "--raw-dir"))
-    if shards:
-        out.append(flag_change("data.shards", list(shards), "--shards"))
-    for name, value in (dataset_options or {}).items():
-        out.append(flag_change(f"data.options.{name}", value, f"--dataset-options {name}"))
-    if data_seed is not None:
-        out.append(flag_change("data.seed", data_seed, "--data-seed"))
-    if reject_budget is not None:
-        out.append(flag_change("data.reject_budget", reject_budget, "--reject-budget"))
-    if seeds:
-        out.append(flag_change("seeds", list(seeds), "--seeds"))
-    if protocol:
-        out.append(flag_change("tuning.protocol", protocol, "--protocol"))
-    for variant, targets in (variant_overrides or {}).items():
-        if variant not in VARIANTS:
-            raise RunConfigurationError(f"--variant-overrides: {VARIANTS.unknown_message(variant)}")
-        if not isinstance(targets, Mapping):
-            raise RunConfigurationError(
-                f"--variant-overrides {variant}: expected an object of changes, e.g. "
-                '\'{"ours": {"train": {"learning_rate": 0.001}}}\''
-            )
-        for target, value in targets.items():
-            where = f"--variant-overrides {variant}.{target}"
-            if isinstance(value, Mapping):
-                out += [flag_change(f"variants.{variant}.{target}.{name}", item, f"{where}.{name}") for name, item in value.items()]
-            else:
-                out.append(flag_change(f"variants.{variant}.{target}", value, where))
-    return out
-
-
 def with_change(plan: RunPlan, extra: str, flag: str = "--sweep") -> RunPlan:
     """``plan`` resolved again with one more change (a sweep's value); an error in it names ``flag``."""
     path, raw = split_change(extra)
@@ -412,7 +362,6 @@ __all__ = [
     "PLAN_FILE",
     "PLAN_FOLDER",
     "RunPlan",
-    "flag_changes",
     "forget_plans",
     "load_plan",
     "plan_path",

@@ -18,7 +18,8 @@ from luigi.freezing import recursively_unfreeze
 from common.tokenizer import TOKENIZER_VERSION
 from models.settings import TrainSettings
 from pipeline.config.checks import RunConfigurationError, exit_or_raise
-from pipeline.config.plan import RunPlan, flag_changes, load_plan, publish, resolve_plan, write_plan
+from pipeline.config.flags import flag_changes
+from pipeline.config.plan import RunPlan, load_plan, publish, resolve_plan, write_plan
 from pipeline.config.profiles import Profile
 from pipeline.config.variant_spec import Variant
 from pipeline.engine.task import HashedTask
@@ -197,6 +198,12 @@ class PlanParams:
     def clone(self, cls: type | None = None, **kwargs: Any) -> Any:
         """A task of this run: the plan's id and the parameters that identify it, never the flags."""
         cls = cls or self.__class__
+        flags = sorted(set(kwargs) & set(FLAGS))
+        if flags:
+            raise TypeError(
+                f"clone() of a task of a run takes no flags ({', '.join(flags)}): a setting changes with a new plan, "
+                "made by a task started with those flags"
+            )
         given = {"plan": self.plan_id, **kwargs}
         for name, _ in cls.get_params():
             if name not in given and name not in FLAGS and hasattr(self, name):
