@@ -89,7 +89,7 @@ def test_a_code_change_recomputes_its_task_and_everything_downstream_and_nothing
     rebuilt = {meta.parent.parent.name for meta in before if after[meta] != before[meta]}
     assert rebuilt == stale, "rebuilt in place: the same paths, upstream untouched"
     train = next(t for t in ran.ran if t.get_task_family() == "Train")
-    assert train.meta()["code"]["versions"]["Train"] == 2
+    assert train.meta()["code"]["versions"]["Train"] == TRAIN + 1
     luigi.task_register.Register.clear_instance_cache()
     assert all(p.status == DONE for p in task_plan(FullRun(run_root=str(root), **SMALL_GRID).requires()))
 
