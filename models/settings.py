@@ -35,6 +35,10 @@ class SelectionCriterion:
 
     name: str
     higher_is_better: bool
+    #: scores how the validation split's pairs rank (a scorer computes it from their embeddings), not the loss
+    ranks_pairs: bool = True
+    #: its score is an n-way task's (``selection_n_way``): the validation split must hold n items per query
+    n_way: bool = False
 
     def better(self, value: float, than: float) -> bool:
         return value > than if self.higher_is_better else value < than
@@ -46,12 +50,12 @@ class SelectionCriterion:
 #: loss (the paper's §3.3; not comparable across loss families)
 SELECTION_METRICS: Registry[SelectionCriterion] = Registry("selection metric")
 for _criterion in (
-    SelectionCriterion("val_nway_r1", True),
+    SelectionCriterion("val_nway_r1", True, n_way=True),
     SelectionCriterion("val_auc", True),
     SelectionCriterion("val_mrr", True),
     SelectionCriterion("val_medr", False),
     SelectionCriterion("val_rsum", True),
-    SelectionCriterion("val_loss", False),
+    SelectionCriterion("val_loss", False, ranks_pairs=False),
 ):
     SELECTION_METRICS.add(_criterion.name, _criterion)
 
@@ -148,6 +152,10 @@ class TrainSettings:
             raise ValueError(
                 f"nproc_per_node and nnodes must be >= 1, got {self.nproc_per_node}, {self.nnodes}"
             )
+
+    @property
+    def selection_criterion(self) -> SelectionCriterion:
+        return SELECTION_METRICS.get(self.selection)
 
     @property
     def trunk_mode(self) -> TrunkMode:

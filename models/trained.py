@@ -59,7 +59,8 @@ class ModelRecord:
     tokenizer_version: int
     #: ``{"file", "size", "sha256"}`` of the vocabulary (token -> row of the word embedding)
     vocabulary: dict[str, Any]
-    #: a frozen trunk's cached features: ``{"pretrained", "seed"}`` (a random init is rebuilt from the seed)
+    #: a frozen trunk's cached features: ``{"pretrained", "seed", "weights_loaded"}`` — asked for ImageNet
+    #: weights, the seed of a random init, and whether the weights were there (a bundle must rebuild the same)
     frozen_trunk: dict[str, Any] | None = None
     format: int = RECORD_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
@@ -93,6 +94,7 @@ def record_for(
     vocabulary_name: str,
     vocabulary_size: int,
     frozen_trunk_seed: int | None = None,
+    frozen_trunk_weights_loaded: bool | None = None,
 ) -> ModelRecord:
     """The record of a model about to be trained with these settings (its normalisation read off its trunk)."""
     mean, std = trunk_normalisation(encoder.backbone)
@@ -108,7 +110,11 @@ def record_for(
         max_text_tokens=max_text_tokens,
         tokenizer_version=tokenizer_version,
         vocabulary={"file": vocabulary_name, "size": vocabulary_size, "sha256": file_sha256(vocabulary_file)},
-        frozen_trunk={"pretrained": encoder.pretrained, "seed": frozen_trunk_seed} if TRUNK_MODES.get(encoder.trunk).cached_features else None,
+        frozen_trunk=(
+            {"pretrained": encoder.pretrained, "seed": frozen_trunk_seed, "weights_loaded": frozen_trunk_weights_loaded}
+            if TRUNK_MODES.get(encoder.trunk).cached_features
+            else None
+        ),
     )
 
 

@@ -170,6 +170,13 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
         # as TrunkFeatures built it: the seed decides a random init when no ImageNet weights are found
         torch.manual_seed(record.frozen_trunk["seed"])
         trunk = build_trunk(record.encoder.backbone, record.frozen_trunk["pretrained"])
+        if trunk.pretrained_loaded != record.frozen_trunk["weights_loaded"]:
+            had = "ImageNet weights" if record.frozen_trunk["weights_loaded"] else "a random init (no ImageNet weights)"
+            raise BundleError(
+                f"the model trained on features of a {record.encoder.backbone} trunk with {had}, which this machine "
+                "rebuilds otherwise; export where that trunk's ImageNet weights are "
+                + ("installed" if record.frozen_trunk["weights_loaded"] else "absent, or retrain")
+            )
         trunk_state, feature_dim, pretrained_loaded = trunk.state_dict(), trunk.feature_dim, trunk.pretrained_loaded
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,

@@ -122,3 +122,23 @@ def test_export_refuses_in_one_line(fault, smoke_run, tmp_path):
     assert_refused(done, fault)
     assert half_written(tmp_path) == [] and (out.is_file() or not out.exists())
     shutil.rmtree(root)
+
+
+TASK_ROWS = [
+    Fault("a negative seed of a task started alone", "task", ["Evaluate", "--seed", "-3"], 2, "--seed -3: a seed is >= 0", before="exit 30 after upstream work"),
+    Fault("a point out of range", "task", ["Evaluate", "--point", '{"train": {"learning_rate": -1}}'], 2, "--point train.learning_rate: must be > 0", before="exit 30 after work"),
+    Fault("a point that is not JSON", "task", ["Evaluate", "--point", "x"], 2, "--point 'x': expected a JSON object", before="exit 4, traceback"),
+    Fault("a space NeighborTables has not", "task", ["NeighborTables", "--space", "foo"], 2, "--space 'foo': expected one of text, image", before="exit 4, traceback"),
+    Fault("a trunk that does not exist", "task", ["TrunkFeatures", "--backbone", "nope", "--image-size", "32"], 2, "unknown backbone 'nope'", before="exit 30 after PrepareDataset ran"),
+    Fault("a trade-off of a variant without the term", "task", ["WithinModalityTradeoff", "--variant", "ang_np_sym"], 2, "has no within_modality loss to scale", before="exit 4, ValueError traceback"),
+    Fault("a trade-off from settings that do not exist", "task", ["WithinModalityTradeoff", "--settings-from", "foo"], 2, "--settings-from 'foo': expected one of tuned, shared", before="exit 4, traceback"),
+    Fault("flags beside a given plan", "task", ["FullRun", "--plan", "0123456789ab", "--set", "neighbors.k=3"], 2, "holds the run's settings: drop --profile, --set", before="exit 0, the flags ignored"),
+]
+
+
+@pytest.mark.parametrize("fault", TASK_ROWS, ids=Fault.id)
+def test_a_task_started_alone_checks_what_identifies_it(fault, tmp_path):
+    root = tmp_path / "runs"
+    done = run_command(main, [*fault.args, "--profile", "smoke", "--run-root", str(root)])
+    assert_refused(done, fault)
+    assert not root.exists(), "nothing ran, nothing was written"

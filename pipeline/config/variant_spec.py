@@ -3,8 +3,8 @@ parameters), model, where its semantic neighbors come from, its training-setting
 space a fair tuning explores. A typo in any name stops the run at once with the bad key and the valid ones,
 instead of deep inside training.
 
-The table of variants is :mod:`pipeline.config.variants`; :func:`pipeline.config.variants.resolve_variant` applies a
-profile's loss defaults and the user's ``--variant-overrides`` to one of them.
+The table of variants is :mod:`pipeline.config.variants`; the run plan (:func:`pipeline.config.plan.resolve_variant`)
+applies a profile's loss defaults and the run's changes to one of them, and a task's point on top.
 """
 
 from __future__ import annotations
@@ -266,14 +266,20 @@ class Variant:
     def record(self) -> dict[str, Any]:
         """Everything this variant is, as JSON (:meth:`from_record` builds it back): what a run plan holds."""
         return {
+            **self._described(),
+            "losses": [{"name": loss.name, "params": dict(loss.params)} for loss in self.losses],
+            "train": dict(self.train),
+            "search_space": None if self.search_space is None else {k: list(v) for k, v in self.search_space.values.items()},
+        }
+
+    def _described(self) -> dict[str, Any]:
+        """What the record and the hashed form both say of the variant besides its losses."""
+        return {
             "name": self.name,
             "label": self.label,
             "model": self.model,
             "model_options": dict(self.model_options),
             "neighbor_source": self.neighbor_source,
-            "losses": [{"name": loss.name, "params": dict(loss.params)} for loss in self.losses],
-            "train": dict(self.train),
-            "search_space": None if self.search_space is None else {k: list(v) for k, v in self.search_space.values.items()},
         }
 
     @classmethod
@@ -293,14 +299,7 @@ class Variant:
     def as_dict(self) -> dict[str, Any]:
         """What a task hashes and a bundle records (``train`` and ``search_space`` apart: Train hashes the
         resolved training settings, a Tune its trials)."""
-        return {
-            "name": self.name,
-            "label": self.label,
-            "model": self.model,
-            "model_options": dict(self.model_options),
-            "neighbor_source": self.neighbor_source,
-            "losses": [loss.as_dict() for loss in self.losses],
-        }
+        return {**self._described(), "losses": [loss.as_dict() for loss in self.losses]}
 
 
 def merge_overrides(*layers: Mapping[str, Any]) -> dict[str, Any]:

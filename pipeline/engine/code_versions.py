@@ -11,15 +11,24 @@ from pathlib import Path
 from typing import Any
 
 VERSIONS_FILE = Path(__file__).with_name("code_versions.json")
-#: the version of a family with no entry, and of an output made before lineages were recorded
+#: the version of a family with no entry yet (a new task family)
 FIRST_VERSION = 1
+
+
+class MissingCodeVersions(RuntimeError):
+    """The installed package lacks ``code_versions.json``: every output's staleness would be guessed."""
 
 
 @lru_cache(maxsize=1)
 def recorded() -> dict[str, Any]:
-    """``code_versions.json``: ``{"python": "3.11", "families": {family: {"version", "fingerprint"}}}``."""
+    """``code_versions.json``: ``{"python": "3.11", "families": {family: {"version", "fingerprint"}}}``. Its
+    absence (a package built without its data files) is refused: taking every family for version 1 would call
+    today's outputs stale and older ones current."""
     if not VERSIONS_FILE.exists():
-        return {"families": {}}
+        raise MissingCodeVersions(
+            f"{VERSIONS_FILE} is missing: this installation of the package lacks its data files; reinstall it "
+            "(pip install -e . from the repository)"
+        )
     return json.loads(VERSIONS_FILE.read_text())
 
 

@@ -74,26 +74,45 @@ def _try(path: Path) -> int | None:
 
 
 @contextmanager
-def gpu_slot(gpus: list[str], slots: int, folder: Path | None = None, poll_s: float = 0.5) -> Iterator[str]:
-    """Hold a free slot while the block runs; yields its GPU id. Waits (saying so once) when every slot is
-    taken, e.g. by another run on this host."""
+def gpu_slots(gpus: list[str], slots: int, count: int = 1, folder: Path | None = None, poll_s: float = 0.5) -> Iterator[list[str]]:
+    """Hold ``count`` free slots on as many different GPUs while the block runs (a data-parallel Train takes one
+    per process); yields their GPU ids. Waits (saying so once) while too few are free, e.g. taken by another run
+    on this host."""
+    if count > len(gpus):
+        raise ValueError(f"{count} GPUs asked for, this host shows {len(gpus)}")
     folder = folder or slots_folder()
     folder.mkdir(parents=True, exist_ok=True)
     said = False
     while True:
+        held: dict[str, int] = {}
         for gpu, k in slot_order(gpus, slots):
-            fd = _try(folder / f"gpu{gpu}.{k}.lock")
-            if fd is None:
+            if gpu in held:
                 continue
+            fd = _try(folder / f"gpu{gpu}.{k}.lock")
+            if fd is not None:
+                held[gpu] = fd
+            if len(held) == count:
+                break
+        if len(held) == count:
             try:
-                yield gpu
+                yield list(held)
             finally:
-                os.close(fd)  # releases the lock
+                for fd in held.values():
+                    os.close(fd)  # releases the lock
             return
+        for fd in held.values():
+            os.close(fd)
         if not said:
-            logger.info("every GPU slot on this host is taken: waiting for one (%s)", folder)
+            logger.info("too few GPU slots free on this host: waiting (%s)", folder)
             said = True
         time.sleep(poll_s)
+
+
+@contextmanager
+def gpu_slot(gpus: list[str], slots: int, folder: Path | None = None, poll_s: float = 0.5) -> Iterator[str]:
+    """One slot (:func:`gpu_slots`); yields its GPU id."""
+    with gpu_slots(gpus, slots, 1, folder, poll_s) as (gpu,):
+        yield gpu
 
 
 def scheduler_gpu_slots() -> int:

@@ -31,8 +31,6 @@ import luigi
 
 from pipeline.engine.gpus import gpu_slot, host_gpu_count, scheduler_gpu_slots, visible_gpus
 
-#: the child's answer in the work folder (removed once read): the summary, or the error it raised
-RESULT_FILE = "_spawned_result.json"
 MODES = ("auto", "spawn", "inline")
 
 
@@ -57,16 +55,25 @@ def runs_in_own_process(mode: str | None = None) -> bool:
         return True
     return mode == "auto" and in_forked_worker() and host_gpu_count() > 0
 
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return None  # not Linux: nothing to arm
+
+
+#: loaded here, not between fork and exec, where only async-signal-safe work belongs
+_LIBC = _libc()
+
+
 def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     """A child process gets SIGTERM when the worker that started it dies, so a killed run never leaves a process
     writing into the work folder its rerun starts from (or resumes from: torchrun stops its workers too)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: nothing to arm
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def child_command(task: luigi.Task, work_dir: Path, threads: int) -> list[str]:
+def child_command(task: luigi.Task, work_dir: Path, threads: int, answer_fd: int) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -76,36 +83,47 @@ def child_command(task: luigi.Task, work_dir: Path, threads: int) -> list[str]:
         "--family",
         task.get_task_family(),
         "--params",
-        json.dumps(task.to_str_params(), sort_keys=True),
+        json.dumps(task.process_params(), sort_keys=True),
         "--work-dir",
         str(Path(work_dir).resolve()),
         "--threads",
         str(threads),
+        "--answer-fd",
+        str(answer_fd),
     ]
 
 
 def produce_in_own_process(task: luigi.Task, work_dir: Path, threads: int) -> dict[str, Any]:
     """Run ``task.produce(work_dir)`` in a new interpreter (on a GPU slot when the host has GPUs); its summary,
-    or its error raised here again."""
-    result = Path(work_dir) / RESULT_FILE
-    result.unlink(missing_ok=True)
+    or its error raised here again. The answer comes back through a pipe, not a file: a child that failed on a
+    full disk could not write one."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     gpus = visible_gpus()
-    if gpus:
-        with gpu_slot(gpus, scheduler_gpu_slots()) as gpu:
-            completed = subprocess.run(child_command(task, work_dir, threads), env={**env, "CUDA_VISIBLE_DEVICES": gpu}, preexec_fn=die_with_parent, check=False)
-    else:
-        completed = subprocess.run(child_command(task, work_dir, threads), env=env, preexec_fn=die_with_parent, check=False)
-    if not result.exists():
+    if not gpus:
+        return _run_child(task, work_dir, threads, env)
+    with gpu_slot(gpus, scheduler_gpu_slots()) as gpu:
+        return _run_child(task, work_dir, threads, {**env, "CUDA_VISIBLE_DEVICES": gpu})
+
+
+def _run_child(task: luigi.Task, work_dir: Path, threads: int, env: dict[str, str]) -> dict[str, Any]:
+    read_end, write_end = os.pipe()
+    command = child_command(task, work_dir, threads, write_end)
+    try:
+        child = subprocess.Popen(command, env=env, pass_fds=(write_end,), preexec_fn=die_with_parent)
+    finally:
+        os.close(write_end)  # the child holds its own copy; this end must close for the read below to end
+    with os.fdopen(read_end, "rb") as answers:
+        answer = answers.read()  # until the child exits (its end closes), however long its answer
+    status = child.wait()
+    if not answer:
         raise SpawnedTaskError(
-            f"{task.task_id}: its process exited with status {completed.returncode} and left no result "
-            f"(killed? out of memory?); the command was {child_command(task, work_dir, threads)[:7]}"
+            f"{task.task_id}: its process exited with status {status} and gave no answer (killed? out of "
+            f"memory?); the command was {' '.join(command[:7])}"
         )
-    answer = json.loads(result.read_text())
-    result.unlink()
-    if "error" in answer:
-        raise rebuilt_error(answer["error"])
-    return answer["summary"]
+    result = json.loads(answer)
+    if "error" in result:
+        raise rebuilt_error(result["error"])
+    return result["summary"]
 
 
 def error_record(error: BaseException) -> dict[str, Any]:

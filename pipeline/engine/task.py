@@ -88,6 +88,11 @@ class HashedTask(luigi.Task):
         """The settings this task's output depends on (besides its inputs)."""
         return {}
 
+    def process_params(self) -> dict[str, str]:
+        """The parameters another process rebuilds this task from (a network task's own process, a torchrun
+        rank) and its ``_meta.json`` records: all of them by default."""
+        return self.to_str_params()
+
     def identity_extras(self) -> dict[str, Any]:
         """What else the output depends on besides :meth:`config` and its inputs (a tokenizer's version)."""
         return {}
@@ -272,7 +277,7 @@ class HashedTask(luigi.Task):
                         # the file of each declared output, so readers of a run tree (crossmodal export) ask
                         # the task instead of spelling its file names again
                         "outputs": dict(self.outputs),
-                        "params": {name: str(value) for name, value in self.param_kwargs.items()},
+                        "params": self.process_params(),
                         "upstream": {
                             task.get_task_family(): str(task.output_dir()) for task in self.upstream()
                         },

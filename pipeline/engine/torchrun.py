@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from models.settings import TrainSettings
+from pipeline.engine.gpus import gpu_slots, scheduler_gpu_slots, visible_gpus
 from pipeline.engine.outputs import read_json
 from pipeline.engine.spawn import die_with_parent
 from pipeline.engine.task import HashedTask
@@ -54,7 +56,7 @@ def torchrun_command(task: HashedTask, work_dir: Path, settings: TrainSettings) 
             "--rdzv-id",
             task.signature(),
         ]
-    parameters = json.dumps(task.to_str_params(), sort_keys=True)
+    parameters = json.dumps(task.process_params(), sort_keys=True)
     return command + [
         "-m",
         "pipeline.run.train_ddp",
@@ -67,7 +69,17 @@ def torchrun_command(task: HashedTask, work_dir: Path, settings: TrainSettings) 
 
 
 def run_with_torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings) -> dict[str, Any]:
-    """Run ``task``'s training in ``world_size`` processes under torchrun; rank 0's summary."""
+    """Run ``task``'s training in ``world_size`` processes under torchrun; rank 0's summary. On a GPU host with
+    one node, the processes run on ``nproc_per_node`` GPU slots of different GPUs (:mod:`pipeline.engine.gpus`),
+    which torchrun's processes see as their devices 0, 1, ..."""
+    gpus = visible_gpus()
+    if gpus and settings.nnodes == 1:
+        with gpu_slots(gpus, scheduler_gpu_slots(), settings.nproc_per_node) as held:
+            return _torchrun(task, work_dir, settings, {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(held)})
+    return _torchrun(task, work_dir, settings, None)
+
+
+def _torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings, env: dict[str, str] | None) -> dict[str, Any]:
     command = torchrun_command(task, work_dir, settings)
     if settings.nnodes > 1:
         logger.warning(
@@ -80,7 +92,7 @@ def run_with_torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings)
         logger.info("Train %s runs: %s", task.task_id, shlex.join(command))
     summary_path = Path(work_dir) / SUMMARY_FILE
     summary_path.unlink(missing_ok=True)
-    completed = subprocess.run(command, preexec_fn=die_with_parent, check=False)
+    completed = subprocess.run(command, preexec_fn=die_with_parent, env=env, check=False)
     if completed.returncode != 0:
         raise RuntimeError(
             f"torchrun exited with status {completed.returncode} ({shlex.join(command)}); the checkpoints in "

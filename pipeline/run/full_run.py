@@ -9,9 +9,11 @@ from typing import Any
 
 import luigi
 
+from data_recipes.manifest import ManifestError
 from pipeline.config.changes import sweep_values
 from pipeline.config.checks import RunConfigurationError, exit_or_raise
 from pipeline.config.plan import publish, with_change, write_plan
+from pipeline.tasks.data import Split, check_split_fits
 from pipeline.tasks.params import PlanParams
 from pipeline.tasks.report import Report
 from pipeline.tasks.sweep import Sweep
@@ -35,19 +37,31 @@ class FullRun(PlanParams, luigi.WrapperTask):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.sweep:
-            try:
-                path, values = sweep_values(self.sweep)
-                for value in values:
-                    publish(with_change(self.run_plan, f"{path}={value}"), self.run_root)
-            except RunConfigurationError as error:
-                exit_or_raise(error)
+        try:
+            self.check_known_data()
+            #: each swept value's plan: the run's with that change, resolved and checked now
+            self._value_plans = self.sweep_plans() if self.sweep else ()
+        except ManifestError as error:
+            exit_or_raise(RunConfigurationError(str(error)))
+        except RunConfigurationError as error:
+            exit_or_raise(error)
+
+    def sweep_plans(self) -> tuple[str, ...]:
+        path, values = sweep_values(self.sweep)
+        return tuple(publish(with_change(self.run_plan, f"{path}={value}"), self.run_root) for value in values)
+
+    def check_known_data(self) -> None:
+        """When this run root already holds the run's split, the settings that depend on its size are checked
+        now, before anything is scheduled (a new split is checked by Split itself)."""
+        split = self.clone(Split)
+        if split.complete():
+            check_split_fits(split)
 
     def default_grid(self) -> list[str]:
         return []  # the paper's grid for the dataset
 
     def requires(self) -> Report | Sweep:
-        return self.clone(Sweep) if self.sweep else self.clone(Report)
+        return self.clone(Sweep, value_plans=self._value_plans) if self.sweep else self.clone(Report)
 
     def report(self) -> Report:
         """The report (the first value's, in a sweep)."""
@@ -89,11 +103,10 @@ def _watch(task: FullRun, _dependency: luigi.Task) -> None:
 FullRun.event_handler(luigi.Event.SUCCESS)(_announce_report)
 FullRun.event_handler(luigi.Event.DEPENDENCY_PRESENT)(_announce_report)
 def _write_plans(task: FullRun, _dependency: luigi.Task) -> None:
-    """Luigi is scheduling the run (planning alone never gets here): its plans go into the run root first."""
-    write_plan(task.run_root, task.plan_id)
-    if task.sweep:
-        for report in task.requires().reports():
-            write_plan(task.run_root, report.plan_id)
+    """Luigi is scheduling the run (planning alone never gets here): each swept value's plan goes into the run
+    root first (the run's own plan is written for every task a run starts from: pipeline.tasks.params)."""
+    for plan_id in task._value_plans:
+        write_plan(task.run_root, plan_id)
 
 
 FullRun.event_handler(luigi.Event.DEPENDENCY_DISCOVERED)(_write_plans)

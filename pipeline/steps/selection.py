@@ -13,6 +13,7 @@ import numpy as np
 from data_recipes.manifest import ManifestError
 from evaluation.protocol import EVAL_SEED, full_ranking, retrieval_layout
 from evaluation.selection_metrics import QueryRanks, both_directions, candidate_metrics
+from models.settings import SELECTION_METRICS
 
 
 def sample_whole_groups(group_ids: np.ndarray, max_pairs: int, seed: int = EVAL_SEED) -> np.ndarray:
@@ -48,7 +49,7 @@ class ValidationScorer:
 
     def check(self, metric: str) -> None:
         """Refuse, before any training, a selection metric this validation split cannot compute."""
-        if metric == "val_nway_r1" and self.fewest_others < self.n_way - 1:
+        if SELECTION_METRICS[metric].n_way and self.fewest_others < self.n_way - 1:
             # the data's size, not a bug: one line (pipeline/run/failures.py), as a split that is too small
             raise ManifestError(
                 f"selection by the expected {self.n_way}-way R@1 needs {self.n_way - 1} validation pairs of other "
@@ -64,7 +65,7 @@ class ValidationScorer:
         # every candidate is recorded; one this split cannot compute (too few pairs for an n-way draw) is NaN
         defined = self.fewest_others >= self.n_way - 1
         scores = {
-            name: metric.value(ranks) if defined or name != "val_nway_r1" else float("nan")
+            name: metric.value(ranks) if defined or not SELECTION_METRICS[name].n_way else float("nan")
             for name, metric in self.metrics.items()
         }
         ranked = full_ranking(image[self.rows], text[self.rows], self.layout)["all"]
@@ -79,7 +80,7 @@ class ValidationScorer:
         """What the run's metadata says of its selection."""
         return {
             "metric": metric,
-            **({"n_way": self.n_way} if metric == "val_nway_r1" else {}),
+            **({"n_way": self.n_way} if SELECTION_METRICS[metric].n_way else {}),
             "protocol": self.layout.protocol,
             "pairs_ranked": int(len(self.rows)),
             "validation_pairs": int(self.n_pairs),

@@ -337,10 +337,16 @@ class Split(ManifestTask, PipelineTask):
         return {"counts": manifest["split"].value_counts().to_dict()}
 
 
+def check_split_fits(split: Split) -> None:
+    """:func:`check_split_sizes` of a finished Split under its run's plan: a setting changed since it was made
+    (the n of an n-way task, ``neighbors.k``, in no Split's hash) is checked before the work that needs it."""
+    check_split_sizes(split.manifest(), split.run_plan, dict(split.settings.split_fractions))
+
+
 def split_needs(plan: RunPlan) -> dict[str, int]:
     """The n of the n-way task each split is scored by: checkpoint selection on val (the largest any variant
     of the run selects by), the report's on test; 2 (a pair and one other item) where none is."""
-    selecting = [t for t in (plan.train_settings(name) for name in plan.variants) if t.selection == "val_nway_r1"]
+    selecting = [t for t in (plan.train_settings(name) for name in plan.variants) if t.selection_criterion.n_way]
     return {"train": 2, "val": max([t.selection_n_way for t in selecting], default=2), "test": plan.settings.eval.n_way}
 
 

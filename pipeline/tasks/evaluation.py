@@ -21,7 +21,7 @@ from models.inference import embed_pairs
 from pipeline.engine.gpus import task_device
 from pipeline.engine.outputs import save_array, write_json
 from pipeline.engine.task import HashedTask
-from pipeline.tasks.data import PrepareDataset, Split
+from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
 from pipeline.tasks.params import PipelineTask
 from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.training import (
@@ -71,6 +71,7 @@ class Evaluate(VariantParams, PipelineTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = self.requires()
+        check_split_fits(inputs["split"])
         t = self.train_settings()
         data, manifest = load_pair_data(inputs, t.max_text_tokens)
         model, best_epoch = load_trained_model(inputs)

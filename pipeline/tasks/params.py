@@ -76,17 +76,36 @@ def lenient(parameter: type[luigi.Parameter], accepts: str) -> type[luigi.Parame
 
 
 JsonObjectParameter = lenient(luigi.DictParameter, "a JSON object")
-JsonListParameter = lenient(luigi.ListParameter, "a JSON list")
 SeedParameter = lenient(luigi.OptionalIntParameter, "an integer")
 ShareParameter = lenient(luigi.OptionalFloatParameter, "a number")
 
 
+JsonListParameter = lenient(luigi.ListParameter, "a JSON list")
+IdentityIntParameter = lenient(luigi.IntParameter, "an integer")
+
+
+def _default_of(parameter: luigi.Parameter) -> Any:
+    """A parameter's default as its values compare (a list default is kept as a tuple)."""
+    default = parameter._default
+    return default if default is None or default is luigi.parameter._no_value else parameter.normalize(default)
+
+
 def check_flags(task: Any) -> None:
-    """One line for the first flag its parameter could not read."""
-    for name in FLAGS:
+    """One line for the first parameter that could not be read, and for flags beside a given plan (they would be
+    ignored: the plan holds the settings)."""
+    for name, _ in task.get_params():
         value = getattr(task, name, None)
         if isinstance(value, UnreadFlag):
             raise RunConfigurationError(f"--{name.replace('_', '-')} {str(value)!r}: expected {value.accepts}")
+    if task.plan:
+        given = [
+            name for name, parameter in task.get_params() if name in FLAGS and getattr(task, name) != _default_of(parameter)
+        ]
+        if given:
+            raise RunConfigurationError(
+                f"--plan {task.plan} holds the run's settings: drop --{', --'.join(n.replace('_', '-') for n in given)}, "
+                "or start without --plan"
+            )
 
 
 #: the command line's flags: read only by a task that starts a run, never passed to the tasks it requires
@@ -141,14 +160,19 @@ class PlanParams:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if not self.plan:
-            # started from the command line (or from code): resolve, check and write the plan before any work;
-            # a wrong value is one line and exit 2 on the command line
-            try:
-                check_flags(self)
-                self._started_plan = publish(self.resolve_from_flags(), self.run_root)
-            except RunConfigurationError as error:
-                exit_or_raise(error)
+        try:
+            check_flags(self)
+            if not self.plan:
+                # started from the command line (or from code): resolve and check the plan before any work, and
+                # this task's own parameters against it; a wrong value is one line and exit 2 on the command line
+                self._resolved_plan = self.resolve_from_flags()
+                self._started_plan = publish(self._resolved_plan, self.run_root)
+                self.check_identity()
+        except RunConfigurationError as error:
+            exit_or_raise(error)
+
+    def check_identity(self) -> None:
+        """What identifies this task, checked against its plan when a run starts from it (nothing by default)."""
 
     def resolve_from_flags(self) -> RunPlan:
         grid = [str(v) for v in self.variants]
@@ -187,13 +211,21 @@ class PlanParams:
 
     @property
     def run_plan(self) -> RunPlan:
-        """The run's plan (read once per process from the run root when this process did not make it)."""
-        return load_plan(self.run_root, self.plan_id)
+        """The run's plan: the one this task resolved (it travels with the task to a worker, however Luigi
+        starts it), else read once per process from the run root."""
+        resolved = getattr(self, "_resolved_plan", None)
+        return resolved if resolved is not None else load_plan(self.run_root, self.plan_id)
 
     @property
     def settings(self) -> Profile:
         """The run's settings: the profile with every change of the run."""
         return self.run_plan.settings
+
+    def process_params(self) -> dict[str, str]:
+        """What another process rebuilds this task from: the plan's id (it reads the plan's file) and what
+        identifies the task, never the flags, which would resolve the plan again there."""
+        params = {name: value for name, value in self.to_str_params().items() if name not in FLAGS}
+        return {**params, "plan": self.plan_id}
 
     def clone(self, cls: type | None = None, **kwargs: Any) -> Any:
         """A task of this run: the plan's id and the parameters that identify it, never the flags."""
@@ -222,18 +254,45 @@ class PipelineTask(PlanParams, HashedTask):
         return {"tokenizer": TOKENIZER_VERSION} if self.tokenizes else {}
 
     def run(self) -> Any:
-        # the run's plan is in the run root before any task of it does its work (the first one writes it)
-        write_plan(self.run_root, self.plan_id)
+        # the run's plan is in the run root before any task of it does its work (a task started alone with
+        # nothing to require writes it here)
+        write_plan(self.run_root, self.plan_id, getattr(self, "_resolved_plan", None))
         return super().run()
+
+
+@luigi.Task.event_handler(luigi.Event.DEPENDENCY_DISCOVERED)
+def _write_started_plan(task: luigi.Task, _dependency: luigi.Task) -> None:
+    """Luigi is scheduling a run (planning alone never gets here): the plan of the task it started from goes
+    into the run root before any worker starts, however Luigi starts its workers (a worker that does not
+    inherit this process's memory reads it from there)."""
+    if isinstance(task, PlanParams) and not task.plan:
+        write_plan(task.run_root, task.plan_id, task._resolved_plan)
 
 
 class VariantChoice:
     """A method variant of the run plan, with a task's own ``point`` on top (a tuning trial's settings)."""
 
     variant = luigi.Parameter(default="ours", description="method variant (pipeline/config/variants.py)")
-    point = luigi.DictParameter(
+    point = JsonObjectParameter(
         default={}, description='a tuning trial\'s changes to the variant, e.g. {"train": {"learning_rate": 0.001}}'
     )
+
+    def check_identity(self) -> None:
+        """The variant with this point builds: its changes exist, its losses take their values, and its training
+        settings pass the plan's checks."""
+        from pipeline.config.changes import check_train_change
+        from pipeline.config.plan import check_training
+        from pipeline.config.variant_spec import VariantError
+
+        point = recursively_unfreeze(self.point)
+        for name, value in dict(point.get("train", {})).items():
+            check_train_change(self.settings.train, name, value, f"--point train.{name}")
+        try:
+            spec = self.variant_spec()
+            spec.build_losses()
+        except (VariantError, ValueError, TypeError) as error:
+            raise RunConfigurationError(f"--point {dict(recursively_unfreeze(self.point))}: {error}") from None
+        check_training(self.variant, self.train_settings())
 
     def variant_spec(self) -> Variant:
         return self.run_plan.variant(self.variant, recursively_unfreeze(self.point))

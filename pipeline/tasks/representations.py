@@ -11,6 +11,7 @@ import luigi
 import numpy as np
 
 from models.settings import TrainSettings
+from pipeline.config.checks import RunConfigurationError
 from pipeline.engine.gpus import task_device
 from pipeline.engine.outputs import save_array, save_array_blocks, save_frame, write_json
 from pipeline.engine.task import HashedTask
@@ -24,8 +25,11 @@ from pipeline.steps.neighbors import (
 )
 from pipeline.steps.text import tokenize, vocabulary_coverage
 from pipeline.steps.word_vectors import train_word_vectors
-from pipeline.tasks.data import PrepareDataset, Split
-from pipeline.tasks.params import PipelineTask
+from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
+from pipeline.tasks.params import IdentityIntParameter, PipelineTask
+
+#: the spaces NeighborTables finds neighbors in
+SPACES = ("text", "image")
 
 
 class TrainDoc2Vec(PipelineTask):
@@ -101,9 +105,19 @@ class TrunkFeatures(PipelineTask):
 
     backbone = luigi.Parameter(description="trunk name (models/backbones.py)")
     pretrained = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
-    image_size = luigi.IntParameter(description="side in pixels the cached images are resized to")
+    image_size = IdentityIntParameter(description="side in pixels the cached images are resized to")
     spatial = luigi.BoolParameter(default=False, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
     outputs = {"features": "features.npy"}
+
+    def check_identity(self) -> None:
+        from models.backbones import backbone_spec
+
+        try:
+            backbone_spec(self.backbone)
+        except KeyError as error:
+            raise RunConfigurationError(f"--backbone: {error}") from None
+        if self.image_size < 8:
+            raise RunConfigurationError(f"--image-size {self.image_size}: must be >= 8")
     runs_network = True
 
     def features(self) -> np.ndarray:
@@ -150,7 +164,11 @@ class NeighborTables(PipelineTask):
     (``space=text``) or initial CNN-feature space (``space=image``); recall@k against exact search.
     """
 
-    space = luigi.ChoiceParameter(choices=["text", "image"], default="text")
+    space = luigi.Parameter(default="text", description="text (Doc2Vec space) or image (the trunk's features)")
+
+    def check_identity(self) -> None:
+        if self.space not in SPACES:
+            raise RunConfigurationError(f"--space {self.space!r}: expected one of {', '.join(SPACES)}")
     outputs = {
         "neighbors": "neighbors.npy",
         "distances": "distances.npy",
@@ -179,6 +197,7 @@ class NeighborTables(PipelineTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = self.requires()
+        check_split_fits(inputs["split"])
         manifest = inputs["split"].manifest()
         train_rows = np.flatnonzero((manifest["split"] == "train").to_numpy())
         if self.space == "text":

@@ -19,7 +19,6 @@ from evaluation.document import Document
 from evaluation.plots import plot_against_setting
 from evaluation.report.headline import headline_comparison
 from pipeline.config.changes import read_value, sweep_values
-from pipeline.config.plan import publish, with_change
 from pipeline.engine.outputs import save_text, write_json
 from pipeline.tasks.data import Split
 from pipeline.tasks.params import PipelineTask
@@ -31,17 +30,17 @@ class Sweep(PipelineTask):
     """One Report per value of ``sweep`` (with the run's other ``--set`` changes) and the sweep section."""
 
     sweep = luigi.Parameter(description="path=v1,v2,...: the setting and its values (the first is the reference)")
+    value_plans = luigi.ListParameter(
+        default=[], description="each value's run plan, in the order of the values (FullRun resolves them)"
+    )
     outputs = {"json": "sweep.json", "markdown": "sweep.md", "figure": "sweep.png"}
 
     def path_and_values(self) -> tuple[str, list[str]]:
         return sweep_values(self.sweep)
 
     def reports(self) -> list[Report]:
-        """One Report per value, each under the run's plan with that one change more (FullRun wrote them)."""
-        if not hasattr(self, "_value_plans"):
-            path, values = self.path_and_values()
-            self._value_plans = [publish(with_change(self.run_plan, f"{path}={value}"), self.run_root) for value in values]
-        return [self.clone(Report, plan=plan) for plan in self._value_plans]
+        """One Report per value, each under the run's plan with that one change more."""
+        return [self.clone(Report, plan=plan) for plan in self.value_plans]
 
     def requires(self) -> dict[str, list[Report]]:
         return {"reports": self.reports()}

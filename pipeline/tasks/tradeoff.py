@@ -23,6 +23,7 @@ from evaluation.plots import plot_tradeoff
 from evaluation.report.headline import headline_comparison
 from evaluation.report.inputs import VariantRun
 from models.settings import significant_settings
+from pipeline.config.checks import RunConfigurationError
 from pipeline.config.variant_spec import merge_overrides
 from pipeline.engine.outputs import save_text, write_json
 from pipeline.engine.task import HashedTask
@@ -50,14 +51,20 @@ class WithinModalityTradeoff(VariantChoice, PipelineTask):
     )
     outputs = {"json": "tradeoff.json", "markdown": "tradeoff.md", "figure": "tradeoff.png"}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def check_identity(self) -> None:
+        """What the trade-off is run on, checked when it starts (one line, exit 2)."""
+        super().check_identity()
         if self.settings_from not in SETTINGS_FROM:
-            raise ValueError(f"settings_from must be one of {SETTINGS_FROM}, got {self.settings_from!r}")
-        if "within_modality" not in self.variant_spec().loss_names():
-            raise ValueError(f"variant {self.variant!r} has no within_modality loss to scale")
+            raise RunConfigurationError(f"--settings-from {self.settings_from!r}: expected one of {', '.join(SETTINGS_FROM)}")
+        spec = self.variant_spec()
+        if "within_modality" not in spec.loss_names():
+            raise RunConfigurationError(f"--variant {self.variant}: it has no within_modality loss to scale")
+        if self.settings_from == "tuned" and spec.search_space is None:
+            raise RunConfigurationError(
+                f"--variant {self.variant} has no search space, so no tuned settings: use --settings-from shared"
+            )
         if 0.0 not in [float(s) for s in self.scales]:
-            raise ValueError("the scales must include 0 (the comparison point of every interval)")
+            raise RunConfigurationError("--scales must include 0 (the comparison point of every interval)")
 
     def seed_list(self) -> list[int]:
         """The variant's seeds of the run (``--seeds`` changes them)."""

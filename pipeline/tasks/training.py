@@ -40,20 +40,26 @@ from models.training import (
     pick_device,
 )
 from models.training.validation import validation_order
+from pipeline.config.checks import RunConfigurationError
 from pipeline.config.variant_spec import Variant, merge_overrides
 from pipeline.engine.gpus import task_device
 from pipeline.engine.task import HashedTask
 from pipeline.engine.torchrun import run_with_torchrun
 from pipeline.steps.selection import ValidationScorer, save_ranks
 from pipeline.steps.text import encode_texts, tokenize
-from pipeline.tasks.data import PrepareDataset, Split
-from pipeline.tasks.params import PipelineTask, VariantChoice
+from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
+from pipeline.tasks.params import IdentityIntParameter, PipelineTask, VariantChoice
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
 
 
 class VariantParams(VariantChoice):
-    seed = luigi.IntParameter(default=0, description="training seed (model init, batches, flips)")
+    seed = IdentityIntParameter(default=0, description="training seed (model init, batches, flips)")
     runs_network = True
+
+    def check_identity(self) -> None:
+        if self.seed < 0:
+            raise RunConfigurationError(f"--seed {self.seed}: a seed is >= 0")
+        super().check_identity()
 
 
 def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[PairData, pd.DataFrame]:
@@ -106,6 +112,9 @@ def model_record(task: VariantParams, inputs: Mapping[str, HashedTask], data: Pa
         vocabulary_name=os.path.relpath(vocab_file.resolve(), task.output_dir().resolve()),
         vocabulary_size=len(vocab) + 2,
         frozen_trunk_seed=task.run_plan.data_seed if t.trunk_mode.cached_features else None,
+        frozen_trunk_weights_loaded=(
+            bool(inputs["features"].meta()["summary"]["imagenet_weights_loaded"]) if "features" in inputs else None
+        ),
     )
 
 
@@ -210,6 +219,7 @@ class Train(VariantParams, PipelineTask):
         """Trains here, or with ``nproc_per_node * nnodes`` > 1 in processes torchrun starts
         (``pipeline.run.train_ddp``), rank 0 of which writes the files and the summary returned here."""
         t = self.train_settings()
+        check_split_fits(self.requires()["split"])  # before any training
         continued = self.start_from_shorter_run(work_dir)
         if t.world_size > 1 and not launched_by_torchrun():
             summary = run_with_torchrun(self, work_dir, t)
@@ -319,7 +329,7 @@ class Train(VariantParams, PipelineTask):
         losses = spec.build_losses()
         val_positions = np.flatnonzero(split == "val")
         scorer = None
-        if t.selection != "val_loss":
+        if t.selection_criterion.ranks_pairs:
             val_order = validation_order(val_positions, data.group_ids)
             scorer = ValidationScorer(
                 data.group_ids[val_order],
