@@ -131,22 +131,9 @@ def test_the_static_step_trains_as_the_plain_step(case, tmp_path):
 
 def pixel_trainer(work_dir: Path, static: bool) -> Trainer:
     """Ours on 16 px pixels with a tiny ResNet-18 and random flips (the paper profile's kind of step)."""
-    from tests.test_training import SETTINGS, TINY_NEIGHBORS, ours_losses, tiny_data, tiny_model
+    from tests.test_training import tiny_trainer
 
-    return Trainer(
-        tiny_model(0),
-        ours_losses(),
-        tiny_data(),
-        np.arange(32),
-        np.arange(32, 40),
-        SETTINGS,
-        0,
-        work_dir,
-        neighbors=TINY_NEIGHBORS,
-        device=torch.device("cpu"),
-        progress=False,
-        static_step=static,
-    )
+    return tiny_trainer(work_dir, device=torch.device("cpu"), static_step=static)
 
 
 def test_flipped_pixels_and_batch_norm_train_alike(tmp_path):
