@@ -163,7 +163,10 @@ def complete_outputs(run_root: Path) -> dict[str, Path]:
 
 
 def files_of(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+    """The files of an output, but a best model a resumed Train set aside (``model_best.pt.stale-<n>``: a kill
+    that lands between an epoch's best and its last checkpoint leaves one, kept so nothing is lost; the run
+    then ends with the same best, which the byte comparison checks)."""
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and ".stale-" not in p.name}
 
 
 def parses(path: Path) -> None:

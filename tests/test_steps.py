@@ -12,6 +12,7 @@ import pytest
 
 from common.hashing import stable_hash
 from models.doc2vec import infer_vectors
+from pipeline.config.checks import RunConfigurationError
 from pipeline.config.plan import resolve_plan
 from pipeline.config.profiles import Doc2VecSettings, WordVectorSettings
 from pipeline.config.variant_spec import VariantError
@@ -230,8 +231,8 @@ def test_variant_train_changes_reach_the_train_settings(tmp_path):
     assert Train(profile="smoke", variant="ours", run_root=str(tmp_path)).config()["train"]["neighbor_mode"] == "in_batch"
     trial = Train(profile="smoke", variant="ours", run_root=str(tmp_path), point={"train": {"neighbor_mode": "extra_rows"}})
     assert trial.config() == task.config(), "a trial's point and a run's change of the same setting are one run"
-    with pytest.raises(VariantError, match="unknown training setting"):
-        Train(profile="smoke", variant="ours", run_root=str(tmp_path), point={"train": {"nonsense": 1}}).train_settings()
+    with pytest.raises(RunConfigurationError, match="--point train.nonsense: train has no setting 'nonsense'"):
+        Train(profile="smoke", variant="ours", run_root=str(tmp_path), point={"train": {"nonsense": 1}})
     assert list(tmp_path.iterdir()) == [], "planning writes nothing: the first task that runs writes the plan"
 
 

@@ -209,8 +209,12 @@ def _set_field(obj: Any, name: str, value: Any, where: str, what: str) -> Any:
 
 
 def check_train_change(train: Any, name: str, value: Any, where: str) -> None:
-    """A change of training setting ``name`` is what ``--set train.<name>`` accepts (its type, its range)."""
-    _set_field(train, name, value, where, "train")
+    """A change of training setting ``name`` is what ``--set train.<name>`` accepts (its type, its range); an
+    error names ``where``."""
+    try:
+        _set_field(train, name, value, where, "train")
+    except RunConfigurationError as error:
+        raise RunConfigurationError(str(error) if str(error).startswith(where) else f"{where}: {error}") from None
 
 
 def apply_change(profile: Profile, path: str, value: Any, where: str = "") -> Profile:
