@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from common.tokenizer import encode_texts, tokenizer_for
 from data_recipes.image_cache import centre_square
 from data_recipes.validate import DEFAULT_MAX_PIXELS, load_image_rgb
+from models.devices import pick_device
 from models.encoders import frozen_trunk_features
 from models.inference import embed_pairs
 from models.training import PairData
@@ -25,9 +26,9 @@ BATCH_SIZE = 64
 
 
 def inference_device() -> torch.device:
-    """Where the ``crossmodal`` commands embed: the GPU when there is one, else the CPU. (The pipeline's
-    SearchIndex builds its own :class:`Embedder` on the CPU: its index is the same on every machine.)"""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """Where the ``crossmodal`` commands embed: the GPU when there is one, else the CPU (as the pipeline's
+    SearchIndex does on its task's device)."""
+    return pick_device()
 
 
 class QueryError(ValueError):

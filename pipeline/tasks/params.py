@@ -4,7 +4,7 @@ A task started from the command line (``luigi --module pipeline FullRun ...``, o
 yet: it resolves one from its flags (:func:`pipeline.config.plan.resolve_plan`), checks it and writes it into
 the run root before anything runs, and hands its id to every task it requires (:meth:`PlanParams.clone`). A
 required task reads its settings from that plan (``self.run_plan``), never from the flags: the flags are
-only the command line's spelling of changes (:func:`pipeline.config.plan.flag_changes`).
+only the command line's spelling of changes (:mod:`pipeline.config.flags`).
 """
 
 from __future__ import annotations
@@ -45,6 +45,23 @@ class SettingChangesParameter(luigi.Parameter):
         return json.dumps(list(x))
 
 
+#: the command line's flags: read only by a task that starts a run, never passed to the tasks it requires
+FLAGS = (
+    "profile",
+    "set",
+    "dataset",
+    "raw_dir",
+    "shards",
+    "dataset_options",
+    "data_seed",
+    "reject_budget",
+    "seeds",
+    "protocol",
+    "variants",
+    "variant_overrides",
+)
+
+
 class UnreadFlag(str):
     """The text of a flag its parameter could not read (not JSON, not a number): kept until the plan is made,
     which refuses it in one line (Luigi itself would print a traceback and exit 4)."""
@@ -78,8 +95,6 @@ def lenient(parameter: type[luigi.Parameter], accepts: str) -> type[luigi.Parame
 JsonObjectParameter = lenient(luigi.DictParameter, "a JSON object")
 SeedParameter = lenient(luigi.OptionalIntParameter, "an integer")
 ShareParameter = lenient(luigi.OptionalFloatParameter, "a number")
-
-
 JsonListParameter = lenient(luigi.ListParameter, "a JSON list")
 IdentityIntParameter = lenient(luigi.IntParameter, "an integer")
 
@@ -106,23 +121,6 @@ def check_flags(task: Any) -> None:
                 f"--plan {task.plan} holds the run's settings: drop --{', --'.join(n.replace('_', '-') for n in given)}, "
                 "or start without --plan"
             )
-
-
-#: the command line's flags: read only by a task that starts a run, never passed to the tasks it requires
-FLAGS = (
-    "profile",
-    "set",
-    "dataset",
-    "raw_dir",
-    "shards",
-    "dataset_options",
-    "data_seed",
-    "reject_budget",
-    "seeds",
-    "protocol",
-    "variants",
-    "variant_overrides",
-)
 
 
 class PlanParams:
