@@ -22,26 +22,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from models.distributed import Distributed, merge_shards, shard_batch
-from models.encoders import EncoderConfig
-from models.registry import build_model
-from models.settings import TrainSettings
 from models.training import LAST_CHECKPOINT, PairData, StepPlan, Trainer
-from pipeline.config.variants import VARIANTS
+from tests.frozen_training import FROZEN_SETTINGS, frozen_pairs, trainer_on_features
 
 pytestmark = pytest.mark.slow
 
-N_PAIRS, N_TRAIN, FEATURE_DIM, VOCAB = 52, 39, 12, 20
-SETTINGS = TrainSettings(
-    trunk="frozen",
-    horizontal_flip=False,
-    embed_dim=8,
-    gru_hidden=8,
-    max_text_tokens=6,
-    batch_size=8,  # per process: global batches of 16
-    epochs=3,
-    learning_rate=1e-3,
-    lr_patience=1,
-)
+N_PAIRS, N_TRAIN = 52, 39
+SETTINGS = replace(FROZEN_SETTINGS, epochs=3)  # batch_size 8 per process: global batches of 16
 #: (variant, neighbor mode, which batch of the first epoch is compared)
 CASES = {
     "angular_uneven_last_batch": ("ang_np_sym", "in_batch", -1),  # 39 = 16 + 16 + 7: ranks get 4 and 3 rows
@@ -53,47 +40,14 @@ CASES = {
 
 
 def tiny_data(spatial: bool) -> PairData:
-    rng = np.random.default_rng(0)
-    shape = (N_PAIRS, FEATURE_DIM, 2, 2) if spatial else (N_PAIRS, FEATURE_DIM)
-    group_ids = np.arange(N_PAIRS)
-    group_ids[1::7] = group_ids[0::7][: len(group_ids[1::7])]  # some pairs share a group (masked negatives)
-    return PairData(
-        images=np.zeros((N_PAIRS, 1, 1, 3), dtype=np.uint8),
-        image_rows=np.arange(N_PAIRS),
-        tokens=rng.integers(2, VOCAB, (N_PAIRS, 6)),
-        lengths=rng.integers(1, 7, N_PAIRS),
-        group_ids=group_ids,
-        image_features=rng.normal(size=shape).astype(np.float32),
-    )
+    return frozen_pairs(N_PAIRS, 6, 6, spatial)
 
 
 def make_trainer(
     variant: str, mode: str, work_dir: Path, distributed: Distributed, epochs: int = 3
 ) -> Trainer:
-    spec = VARIANTS[variant]
-    options = {"dropout": 0.0} if spec.model == "pvse" else {}  # dropout masks differ between layouts
-    torch.manual_seed(0)
     settings = replace(SETTINGS, neighbor_mode=mode, epochs=epochs)
-    config = EncoderConfig.from_settings(
-        replace(settings, pretrained=False), np.zeros((VOCAB, 8), dtype=np.float32), FEATURE_DIM
-    )
-    model = build_model(spec.model, config, None, **options)
-    losses = spec.build_losses()
-    table = np.stack([(np.arange(N_TRAIN) + shift) % N_TRAIN for shift in (1, 2, 3)], axis=1)
-    return Trainer(
-        model,
-        losses,
-        tiny_data(spatial=spec.model == "pvse"),
-        np.arange(N_TRAIN),
-        np.arange(N_TRAIN, N_PAIRS),
-        settings,
-        0,
-        work_dir,
-        neighbors=table if spec.neighbor_source else None,
-        device=torch.device("cpu"),
-        progress=False,
-        distributed=distributed,
-    )
+    return trainer_on_features(variant, settings, work_dir, tiny_data, N_TRAIN, distributed=distributed)
 
 
 def step_and_gradients(trainer: Trainer, plan: StepPlan) -> tuple[float, dict[str, torch.Tensor]]:

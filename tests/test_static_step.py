@@ -15,30 +15,18 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 from torch.overrides import TorchFunctionMode
 
-from models.encoders import EncoderConfig
 from models.losses import build_loss
 from models.losses.checks import value_checks
 from models.recurrent import fixed_width_final_states, right_aligned
-from models.registry import build_model
 from models.settings import OPERATIONAL_FIELDS, TrainSettings
 from models.training import PairData, Trainer
 from models.training.checkpoint import load_optimizer_state
 from models.training.setup import build_optimizer
 from models.training.static_step import StaticStep, static_step_for
-from pipeline.config.variants import VARIANTS as VARIANT_TABLE
+from tests.frozen_training import FROZEN_SETTINGS, frozen_pairs, trainer_on_features
 
-N_PAIRS, N_TRAIN, FEATURE_DIM, VOCAB, WIDTH = 44, 36, 12, 20, 7
-FROZEN = TrainSettings(
-    trunk="frozen",
-    horizontal_flip=False,
-    embed_dim=8,
-    gru_hidden=8,
-    max_text_tokens=WIDTH,
-    batch_size=8,
-    epochs=2,
-    learning_rate=1e-3,
-    lr_patience=1,
-)
+N_PAIRS, N_TRAIN, WIDTH = 44, 36, 7
+FROZEN = replace(FROZEN_SETTINGS, max_text_tokens=WIDTH)
 #: variant, neighbor layout
 VARIANTS = {
     "ang_np_sym": ("ang_np_sym", "in_batch"),
@@ -50,47 +38,20 @@ VARIANTS = {
 
 
 def frozen_data(spatial: bool) -> PairData:
-    rng = np.random.default_rng(0)
-    shape = (N_PAIRS, FEATURE_DIM, 2, 2) if spatial else (N_PAIRS, FEATURE_DIM)
-    group_ids = np.arange(N_PAIRS)
-    group_ids[1::7] = group_ids[0::7][: len(group_ids[1::7])]  # some pairs share a group (masked negatives)
-    lengths = rng.integers(1, 5, N_PAIRS)  # shorter than the width: the plain step pads less
-    lengths[3] = 0  # an empty text (the encoders read one padding token)
-    return PairData(
-        images=np.zeros((N_PAIRS, 1, 1, 3), dtype=np.uint8),
-        image_rows=np.arange(N_PAIRS),
-        tokens=rng.integers(2, VOCAB, (N_PAIRS, WIDTH)),
-        lengths=lengths,
-        group_ids=group_ids,
-        image_features=rng.normal(size=shape).astype(np.float32),
-    )
+    """Texts of 1 to 4 tokens, shorter than the width (the plain step pads less), and one empty text (the
+    encoders read one padding token)."""
+    data = frozen_pairs(N_PAIRS, WIDTH, 4, spatial)
+    data.lengths[3] = 0
+    return data
 
 
 def frozen_trainer(
     case: str, work_dir: Path, static: bool, settings: TrainSettings = FROZEN, device: str = "cpu"
 ) -> Trainer:
     variant, mode = VARIANTS[case]
-    spec = VARIANT_TABLE[variant]
-    options = {"dropout": 0.0} if spec.model == "pvse" else {}  # masks drawn at another width would differ
-    settings = replace(settings, neighbor_mode=mode)
-    torch.manual_seed(0)
-    config = EncoderConfig.from_settings(
-        replace(settings, pretrained=False), np.zeros((VOCAB, 8), dtype=np.float32), FEATURE_DIM
-    )
-    table = np.stack([(np.arange(N_TRAIN) + shift) % N_TRAIN for shift in (1, 2, 3)], axis=1)
-    return Trainer(
-        build_model(spec.model, config, None, **options),
-        spec.build_losses(),
-        frozen_data(spatial=spec.model == "pvse"),
-        np.arange(N_TRAIN),
-        np.arange(N_TRAIN, N_PAIRS),
-        settings,
-        0,
-        work_dir,
-        neighbors=table if spec.neighbor_source else None,
-        device=torch.device(device),
-        progress=False,
-        static_step=static,
+    return trainer_on_features(
+        variant, replace(settings, neighbor_mode=mode), work_dir, frozen_data, N_TRAIN,
+        device=torch.device(device), static_step=static,
     )
 
 

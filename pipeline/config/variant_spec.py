@@ -57,6 +57,10 @@ class LossSpec:
     def build(self) -> Loss:
         return build_loss(self.name, **self.params)
 
+    def changed(self, **params: Any) -> LossSpec:
+        """This loss with ``params`` changed (an ablation of one term)."""
+        return LossSpec(self.name, {**self.params, **params})
+
     def resolved_params(self) -> dict[str, Any]:
         """Every constructor parameter with its value: the given ones, the constructor's defaults for the
         rest (so a loss spelled with or without a default value is one loss, with one output hash)."""

@@ -46,6 +46,18 @@ WITHIN_TRIPLET = LossSpec("within_modality", {"form": "triplet", "text_weight": 
 PVSE = LossSpec("pvse_mil", {})
 
 
+def eq8_variant(
+    name: str, label: str, cross_modal: LossSpec, within: LossSpec, tuned_knob: str | None = None
+) -> Variant:
+    """Eq. 8: a cross-modal loss plus a within-modality loss over the text (Doc2Vec) neighbors i'. With
+    ``tuned_knob`` (``"angle"`` or ``"margin"``), the tuned protocol searches that knob of both terms together
+    and the within-modality weight scale, beside the learning rate."""
+    space = None
+    if tuned_knob:
+        space = tuned_space(**{tuned_knob: (cross_modal.name, within.name)}, within=True)
+    return Variant(name, label, (cross_modal, within), neighbor_source="text", search_space=space)
+
+
 def struc(space: str, group_source: str) -> LossSpec:
     return LossSpec("struc", {"space": space, "group_source": group_source, "margin": 0.1, "weight": 1.0})
 
@@ -57,13 +69,7 @@ for _variant in (
     # Table 1, angular group (§4.2)
         Variant("ang_np_sym", "Ang+NP+Sym", (ANGULAR,), search_space=tuned_space(angle=("angular",))),
         Variant("ours_img_nns", "Ours (Img NNs)", (ANGULAR, WITHIN_ANGULAR), neighbor_source="image"),
-        Variant(
-            "ours",
-            "Ours",
-            (ANGULAR, WITHIN_ANGULAR),
-            neighbor_source="text",
-            search_space=tuned_space(angle=("angular", "within_modality"), within=True),
-        ),
+        eq8_variant("ours", "Ours", ANGULAR, WITHIN_ANGULAR, tuned_knob="angle"),
         # Table 1, PVSE backbone
         Variant("pvse", "PVSE", (PVSE,), model="pvse"),
         Variant(
@@ -75,26 +81,10 @@ for _variant in (
         ),
         # Table 1, triplet group
         Variant("trip_np_sym", "Trip+NP+Sym", (TRIPLET,), search_space=tuned_space(margin=("triplet",))),
-        Variant(
-            "ours_trip",
-            "Ours (Trip)",
-            (TRIPLET, WITHIN_TRIPLET),
-            neighbor_source="text",
-            search_space=tuned_space(margin=("triplet", "within_modality"), within=True),
-        ),
+        eq8_variant("ours_trip", "Ours (Trip)", TRIPLET, WITHIN_TRIPLET, tuned_knob="margin"),
         # Table 4 ablations: Eq. 8 without one of its within-modality terms
-        Variant(
-            "ours_minus_text",
-            "Ours − L_text",
-            (ANGULAR, LossSpec("within_modality", {"form": "angular", "text_weight": 0.0, "image_weight": 0.3})),
-            neighbor_source="text",
-        ),
-        Variant(
-            "ours_minus_img",
-            "Ours − L_img",
-            (ANGULAR, LossSpec("within_modality", {"form": "angular", "text_weight": 0.2, "image_weight": 0.0})),
-            neighbor_source="text",
-        ),
+        eq8_variant("ours_minus_text", "Ours − L_text", ANGULAR, WITHIN_ANGULAR.changed(text_weight=0.0)),
+        eq8_variant("ours_minus_img", "Ours − L_img", ANGULAR, WITHIN_ANGULAR.changed(image_weight=0.0)),
         # Table 2: Wang et al. 2016 structure preservation on top of Trip+NP+Sym, with the ground-truth
         # groups (several captions of one image) or with estimated Doc2Vec neighbors (Eq. 5)
         Variant("struc_gt_text", "Struc (GT, Text)", (TRIPLET, struc("text", "ground_truth"))),

@@ -275,11 +275,7 @@ class Deduplicate(ManifestTask, ShardCount, PipelineTask):
 
     def config(self) -> dict[str, Any]:
         s = self.settings
-        return {
-            "threshold": s.dedup_threshold,
-            "num_perm": s.dedup_num_perm,
-            "shingle_size": s.dedup_shingle_size,
-        }
+        return {"threshold": s.dedup_threshold, "num_perm": s.dedup_num_perm, "shingle_size": s.dedup_shingle_size}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         settings = self.config()
