@@ -12,10 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import torch
 from torch import Tensor
+
+from common.registry import Registry
+
+Choice = TypeVar("Choice")
 
 #: the keywords that carry sampled semantic neighbors (Eq. 5), in the order the input guards name them
 NEIGHBOR_KEYWORDS: tuple[str, ...] = ("neighbor_image", "neighbor_text", "neighbor_of")
@@ -53,6 +57,14 @@ def value_checks(enabled: bool) -> Iterator[None]:
 def value_checks_enabled() -> bool:
     return _VALUE_CHECKS.get()
 
+
+
+def chosen(registry: Registry[Choice], name: str) -> Choice:
+    """The entry ``name`` of ``registry`` (a distance, a negatives rule, an angular form...); a
+    :class:`LossPreconditionError` with the registry's one message for an unknown name otherwise."""
+    if name not in registry:
+        raise LossPreconditionError(registry.unknown_message(name))
+    return registry.get(name)
 
 
 def check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:

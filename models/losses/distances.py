@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from common.registry import Registry
-from models.losses.checks import LossPreconditionError
+from models.losses.checks import chosen
 
 #: keeps the gradient of sqrt finite at distance 0 (an anchor equal to a candidate)
 EUCLIDEAN_FLOOR = 1e-16
@@ -125,13 +125,9 @@ NEGATIVES.add("hardest", HardestNegative())
 
 def distance_named(name: str) -> Distance:
     """The distance ``name``; a :class:`LossPreconditionError` naming the valid ones otherwise."""
-    if name not in DISTANCES:
-        raise LossPreconditionError(DISTANCES.unknown_message(name))
-    return DISTANCES.get(name)
+    return chosen(DISTANCES, name)
 
 
 def negatives_named(name: str) -> Negatives:
     """The negatives rule ``name``; a :class:`LossPreconditionError` naming the valid ones otherwise."""
-    if name not in NEGATIVES:
-        raise LossPreconditionError(NEGATIVES.unknown_message(name))
-    return NEGATIVES.get(name)
+    return chosen(NEGATIVES, name)

@@ -9,37 +9,46 @@ group nor to the neighbor's group (so the neighbor item, when it is also in the 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple
 
 from torch import Tensor
 
+from common.registry import Registry
 from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
 from models.losses.checks import (
     COCOS_EPS,
-    check_choice,
     check_embedding_matrix,
     check_pair_embeddings,
+    chosen,
     require_neighbors,
 )
 from models.losses.distances import NEGATIVES, distance_named
 from models.losses.pair_terms import (
     ANGULAR_FORMS,
+    AngularTerm,
     NeighborPairs,
-    NeighborTerm,
-    angular_npair_contributions,
-    angular_npair_terms,
+    PairTerm,
+    TripletTerm,
     neighbor_contributions,
     neighbor_pairs,
     tan_squared,
-    triplet_contributions,
-    triplet_terms,
 )
 
-#: α (weight of L_text) and β (weight of L_img) chosen on held-out data in §3.3 of the paper.
-PAPER_WEIGHTS: dict[str, dict[str, float]] = {
-    "angular": {"text_weight": 0.2, "image_weight": 0.3},
-    "triplet": {"text_weight": 0.3, "image_weight": 0.1},
-}
+
+class WithinForm(NamedTuple):
+    """A family of Eq. 6-7's term: the α (text) and β (image) chosen for it on held-out data (§3.3), and the
+    term it is, from the loss's angular and triplet terms (both built, so every parameter is checked)."""
+
+    text_weight: float
+    image_weight: float
+    pick: Callable[[AngularTerm, TripletTerm], PairTerm]
+
+
+#: the within-modality terms in the form of the cross-modal loss they join: "Ours (Ang)" and "Ours (Trip)"
+WITHIN_FORMS: Registry[WithinForm] = Registry("within-modality form")
+WITHIN_FORMS.add("angular", WithinForm(0.2, 0.3, lambda angular, triplet: angular))
+WITHIN_FORMS.add("triplet", WithinForm(0.3, 0.1, lambda angular, triplet: triplet))
 
 
 @register_loss("within_modality")
@@ -48,10 +57,10 @@ class WithinModality(Loss[NeighborPairs]):
 
     ``form="angular"`` uses the angular N-pair term (``angular_form`` smooth/hinge, ``alpha_degrees``) as
     in "Ours (Ang)"; ``form="triplet"`` the all-negatives triplet term (``margin``, ``distance``) as in
-    "Ours (Trip)". ``text_weight`` (α) / ``image_weight`` (β) default to the paper's values for the form (``PAPER_WEIGHTS``);
-    ``weight_scale`` multiplies both (one knob for how much the within-modality terms weigh against the
-    cross-modal loss: 0 trains on the same batches with the cross-modal loss alone, 1 is the paper's
-    weighting). Each term is the mean over the neighbor pairs.
+    "Ours (Trip)". ``text_weight`` (α) / ``image_weight`` (β) default to the paper's values for the form
+    (:data:`WITHIN_FORMS`); ``weight_scale`` multiplies both (one knob for how much the within-modality terms
+    weigh against the cross-modal loss: 0 trains on the same batches with the cross-modal loss alone, 1 is the
+    paper's weighting). Each term is the mean over the neighbor pairs.
     """
 
     #: the output identity spells Eq. 8's weights by the paper's symbols α, β (``LossSpec.as_dict``)
@@ -73,37 +82,24 @@ class WithinModality(Loss[NeighborPairs]):
         cocos_eps: float = COCOS_EPS,
     ) -> None:
         super().__init__()
-        if form not in PAPER_WEIGHTS:
-            raise LossPreconditionError(
-                f"within-modality form {form!r} is unknown; choose one of {sorted(PAPER_WEIGHTS)}"
-            )
-        check_choice("angular_form", angular_form, ANGULAR_FORMS)
+        family = chosen(WITHIN_FORMS, form)
+        angular = AngularTerm(chosen(ANGULAR_FORMS, angular_form), tan_squared(alpha_degrees), cocos_eps)
+        self.term = family.pick(angular, TripletTerm(distance_named(distance), margin, NEGATIVES["all"]))
         if weight_scale < 0 or min(w for w in (text_weight, image_weight, 0.0) if w is not None) < 0:
             raise LossPreconditionError(
                 f"weight_scale, text_weight and image_weight must be >= 0, got {weight_scale}, {text_weight}, {image_weight}"
             )
-        self.form = form
         self.weight_scale = weight_scale
-        self.text_weight = weight_scale * (PAPER_WEIGHTS[form]["text_weight"] if text_weight is None else text_weight)
-        self.image_weight = weight_scale * (PAPER_WEIGHTS[form]["image_weight"] if image_weight is None else image_weight)
-        self.angular_form = angular_form
-        self.tan_sq = tan_squared(alpha_degrees)
-        self.margin = margin
-        self.distance = distance_named(distance)
-        self.cocos_eps = cocos_eps
-
-    def _unit_norm_needed(self) -> bool:
-        """The smooth angular form and the cosine distance assume unit vectors; the others do not."""
-        if self.form == "angular":
-            return self.angular_form == "smooth"
-        return self.distance.needs_unit_norm
+        self.text_weight = weight_scale * (family.text_weight if text_weight is None else text_weight)
+        self.image_weight = weight_scale * (family.image_weight if image_weight is None else image_weight)
 
     def prepare(
         self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **inputs: Tensor
     ) -> NeighborPairs:
         check_pair_embeddings(image, text)
         neighbors = require_neighbors(image, group_ids, inputs)
-        unit_norm = self._unit_norm_needed()
+        # the smooth angular form and the cosine distance assume unit vectors; the others do not
+        unit_norm = self.term.needs_unit_norm
         for name, value in (
             ("image", image),
             ("text", text),
@@ -114,44 +110,13 @@ class WithinModality(Loss[NeighborPairs]):
         return neighbor_pairs(image, text, neighbors, group_ids, self.text_weight, self.image_weight)
 
     def compute(self, pairs: NeighborPairs) -> LossOutput:
-        losses: LossOutput = {}
-        for term in pairs.terms:
-            if self.form == "angular":
-                terms = angular_npair_terms(
-                    term.anchors,
-                    term.positives,
-                    term.pool,
-                    pairs.negative_mask,
-                    self.angular_form,
-                    self.tan_sq,
-                )
-            else:
-                terms = triplet_terms(
-                    term.anchors,
-                    term.positives,
-                    term.pool,
-                    pairs.negative_mask,
-                    self.distance,
-                    self.margin,
-                    NEGATIVES["all"],
-                )
-            losses[f"within_{term.modality}_loss"] = term.weight * terms.mean()
-        return losses
+        return {
+            f"within_{term.modality}_loss": term.weight
+            * self.term.terms(term.anchors, term.positives, term.pool, pairs.negative_mask).mean()
+            for term in pairs.terms
+        }
 
     def contributions(self, pairs: NeighborPairs) -> dict[str, Tensor]:
-        return neighbor_contributions(pairs, self._count)
-
-    def _count(self, term: NeighborTerm, negative_mask: Tensor) -> Tensor:
-        if self.form == "angular":
-            return angular_npair_contributions(
-                term.anchors,
-                term.positives,
-                term.pool,
-                negative_mask,
-                self.angular_form,
-                self.tan_sq,
-                self.cocos_eps,
-            )
-        return triplet_contributions(
-            term.anchors, term.positives, term.pool, negative_mask, self.distance, self.margin, NEGATIVES["all"]
+        return neighbor_contributions(
+            pairs, lambda term, negative_mask: self.term.contributions(term.anchors, term.positives, term.pool, negative_mask)
         )
