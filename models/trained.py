@@ -124,8 +124,6 @@ def trunk_normalisation(backbone: str) -> tuple[tuple[float, ...], tuple[float, 
     return tuple(trunk.mean), tuple(trunk.std)
 
 
-
-
 def write_record(record: ModelRecord, path: Path) -> None:
     Path(path).write_text(json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
 

@@ -131,8 +131,6 @@ class Bundle:
         }
 
 
-
-
 def _word_embedding_shape(state: dict[str, torch.Tensor]) -> tuple[int, int]:
     names = [name for name in state if name.startswith("text_encoder.") and name.endswith("embedding.weight")]
     if len(names) != 1:

@@ -293,4 +293,3 @@ def tuned_table_1_section(doc: Document, summary: dict[str, dict[str, Any]], sel
     )
 
 
-

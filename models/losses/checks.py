@@ -58,7 +58,6 @@ def value_checks_enabled() -> bool:
     return _VALUE_CHECKS.get()
 
 
-
 def chosen(registry: Registry[Choice], name: str) -> Choice:
     """The entry ``name`` of ``registry`` (a distance, a negatives rule, an angular form...); a
     :class:`LossPreconditionError` with the registry's one message for an unknown name otherwise."""

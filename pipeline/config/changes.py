@@ -312,9 +312,6 @@ def normalise_split(profile: Profile, changed: set[str]) -> Profile:
     return replace(profile, split_fractions=fractions)
 
 
-
-
-
 def apply_changes(profile: Profile, changes: Sequence[str]) -> Profile:
     """``profile`` with every ``path=value`` of ``changes`` applied in order, then checked as a whole."""
     split_changed: set[str] = set()
@@ -342,8 +339,6 @@ def check_every_variant_change(profile: Profile) -> None:
             raise RunConfigurationError(
                 f"--set variants.*.{key}: no variant has a loss {key!r}; valid: {', '.join(VARIANT_KEYS)} or a loss name"
             )
-
-
 
 
 def settings_tree(profile: Profile) -> dict[str, Any]:

@@ -16,7 +16,6 @@ class RunConfigurationError(ValueError):
     """A run's parameters name something that does not exist; the message says what would."""
 
 
-
 def check_recipe_options(dataset: str, options: Mapping[str, Any]) -> None:
     """Raise :class:`RunConfigurationError` for a recipe option (``--set data.options.<name>``,
     ``--dataset-options``) that the dataset's recipe does not take."""

@@ -67,7 +67,6 @@ def torchrun_command(task: HashedTask, work_dir: Path, settings: TrainSettings) 
     ]
 
 
-
 def run_with_torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings) -> dict[str, Any]:
     """Run ``task``'s training in ``world_size`` processes under torchrun; rank 0's summary. On a GPU host with
     one node, the processes run on ``nproc_per_node`` GPU slots of different GPUs (:mod:`pipeline.engine.gpus`),

@@ -26,7 +26,6 @@ class Doc2VecSettings:
     infer_epochs: int = 20
 
 
-
 def train_doc2vec(train_tokens: Sequence[list[str]], settings: Doc2VecSettings, seed: int) -> Doc2Vec:
     """Distributed-memory Doc2Vec with hierarchical softmax on the train texts (one worker: reproducible)."""
     if not train_tokens:

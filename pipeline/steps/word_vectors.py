@@ -22,7 +22,6 @@ class WordVectorSettings:
     max_vocab: int = 50_000
 
 
-
 def train_word_vectors(
     train_tokens: Sequence[list[str]], settings: WordVectorSettings, seed: int
 ) -> tuple[dict[str, int], np.ndarray]:
