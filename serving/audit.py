@@ -32,8 +32,8 @@ from common.files import atomic_path
 from data_recipes.manifest import integer_group_ids
 from evaluation.document import Document
 from evaluation.embeddings import chunk_rows
+from models.devices import pick_device
 from serving.bundle import Bundle, load_bundle
-from serving.embed import inference_device
 from serving.table_evaluation import EvaluationError, ValidatedTable, doc2vec_vectors, embed_table, read_table
 
 DEFAULT_K = 10
@@ -158,7 +158,7 @@ def audit(
     most suspicious share, in the ``pairs`` format); return the summary."""
     if flag_share is not None and not 0 < flag_share < 1:
         raise EvaluationError(f"--flag-share is a share of the pairs, between 0 and 1; got {flag_share}")
-    device = device or inference_device()
+    device = device or pick_device()
     bundle = load_bundle(bundle_path)
     size = int(bundle.image["cache_size"])
     with tempfile.TemporaryDirectory(prefix="crossmodal-audit-") as work:

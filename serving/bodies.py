@@ -66,13 +66,19 @@ def limited_receive(receive: Receive, limit: int, what: str, option: str = "") -
     return bounded
 
 
+def bounded_request(request: Request, limit: int, what: str, option: str = "") -> Request:
+    """``request`` whose body is read no further than ``limit`` bytes: 413 at once when the client declares
+    more, else as soon as more has arrived (:func:`limited_receive`)."""
+    declared = declared_length(request)
+    if declared is not None and declared > limit:
+        raise _over(declared, limit, what, option)
+    return Request(request.scope, receive=limited_receive(request.receive, limit, what, option))
+
+
 async def bounded_form(request: Request, limit: int, option: str) -> FormData:
     """The request's form (one file, a few fields), its body read no further than ``limit`` bytes; a
     malformed multipart body is a 400."""
-    declared = declared_length(request)
-    if declared is not None and declared > limit:
-        raise _over(declared, limit, "upload", option)
-    bounded = Request(request.scope, receive=limited_receive(request.receive, limit, "upload", option))
+    bounded = bounded_request(request, limit, "upload", option)
     try:
         return await bounded.form(max_files=1, max_fields=4)
     except HTTPException as error:  # Starlette's answer to a malformed multipart body
@@ -105,16 +111,7 @@ def json_depth(body: bytes) -> int:
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
     """The request's JSON object, read no further than ``limit`` bytes (413 beyond, whatever the client
     declared) and nested at most :data:`MAX_JSON_DEPTH` deep; a body that is not a JSON object is a 400."""
-    declared = declared_length(request)
-    if declared is not None and declared > limit:
-        raise _over(declared, limit, "query", "")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _over(None, limit, "query", "")
-        chunks.append(chunk)
-    data = b"".join(chunks)
+    data = await bounded_request(request, limit, "query").body()
     depth = json_depth(data)
     if depth > MAX_JSON_DEPTH:
         raise ApiError(

@@ -110,7 +110,7 @@ class Bundle:
         return int(self.text["tokenizer_version"])
 
     def doc2vec(self):  # noqa: ANN201 - gensim's Doc2Vec, imported only when asked for
-        """The run's Doc2Vec model, or None when the bundle holds none (format 1, or a run without one)."""
+        """The run's Doc2Vec model, or None when the bundle holds none (exported from a Train without an Evaluate)."""
         described = self.text.get("doc2vec")
         if not described:
             return None

@@ -45,8 +45,9 @@ def _index(args: argparse.Namespace) -> None:
 
     import pandas as pd
 
+    from models.devices import pick_device
     from serving.bundle import load_bundle
-    from serving.embed import Embedder, inference_device
+    from serving.embed import Embedder
     from serving.gallery import folder_manifest, read_gallery, table_manifest
     from serving.index import INDEX_FILE, GalleryIndex, GalleryIndexError, embed_into
 
@@ -82,7 +83,7 @@ def _index(args: argparse.Namespace) -> None:
             )
             + f"; {out} is unchanged"
         )
-    entry = embed_into(index, Embedder(bundle, inference_device()), batch, ", ".join(sources), progress=True)
+    entry = embed_into(index, Embedder(bundle, pick_device()), batch, ", ".join(sources), progress=True)
     search = index.meta["search"]
     print(
         f"Indexed {entry['added']} new items ({entry['n_images']} images, {entry['n_texts']} texts) into {out}; "
@@ -147,12 +148,12 @@ def _audit(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     import time
 
-    from serving.embed import inference_device
+    from models.devices import pick_device
     from serving.open_clip_baseline import load_baselines
     from serving.table_evaluation import evaluate_bundles
 
     started = time.perf_counter()
-    device = inference_device()
+    device = pick_device()
     # every baseline's weights are found (or fetched) and loaded before the table is read, on the device the
     # bundles use
     baselines = load_baselines(args.open_clip or [], device)

@@ -16,19 +16,12 @@ from torch import Tensor, nn
 from common.tokenizer import encode_texts, tokenizer_for
 from data_recipes.image_cache import centre_square
 from data_recipes.validate import DEFAULT_MAX_PIXELS, load_image_rgb
-from models.devices import pick_device
 from models.encoders import frozen_trunk_features
 from models.inference import embed_pairs
 from models.training import PairData
 from serving.bundle import Bundle
 
 BATCH_SIZE = 64
-
-
-def inference_device() -> torch.device:
-    """Where the ``crossmodal`` commands embed: the GPU when there is one, else the CPU (as the pipeline's
-    SearchIndex does on its task's device)."""
-    return pick_device()
 
 
 class QueryError(ValueError):
@@ -65,7 +58,7 @@ class TrunkThenModel(nn.Module):
 class Embedder:
     """Text and image embeddings of one bundle's model, through the one inference path
     (:func:`models.inference.embed_pairs`), on ``device`` (CPU by default; the commands pass
-    :func:`inference_device`)."""
+    :func:`models.devices.pick_device`)."""
 
     def __init__(self, bundle: Bundle, device: torch.device | None = None) -> None:
         self.bundle = bundle
@@ -91,11 +84,10 @@ class Embedder:
         # quoted in the error, cut short: a whole article (up to 1 MiB by POST) would be the message
         shown = repr(text) if len(text) <= 80 else repr(text[:80]) + "…"
         if not words:
-            reads = "letters and digits of any script" if self.bundle.tokenizer_version > 1 else "only a-z and 0-9"
             raise QueryError(
                 "no_words",
                 f"the query {shown} holds no word this model's tokenizer (version "
-                f"{self.bundle.tokenizer_version}: {reads}) reads",
+                f"{self.bundle.tokenizer_version}: letters and digits of any script) reads",
             )
         if all(word not in self.bundle.vocab for word in words):
             raise QueryError(

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from models.devices import pick_device
 from serving.bundle import Bundle, load_bundle
-from serving.embed import Embedder, QueryError, inference_device
+from serving.embed import Embedder, QueryError
 from serving.index import MODALITIES, GalleryIndex
 
 MAX_K = 1000
@@ -121,7 +122,7 @@ class Searcher:
     def __init__(self, index: GalleryIndex, bundle: Bundle, device: torch.device | None = None) -> None:
         index.check_bundle(bundle)
         self.index, self.bundle = index, bundle
-        self.embedder = Embedder(bundle, device or inference_device())
+        self.embedder = Embedder(bundle, device or pick_device())
 
     @classmethod
     def open(cls, index_path: Path, bundle_path: Path | None = None, device: torch.device | None = None) -> Searcher:

@@ -40,9 +40,10 @@ from evaluation.clip_benchmark import (
 )
 from evaluation.protocol import RetrievalLayout, retrieval_layout
 from evaluation.table_scores import BOOTSTRAP_RESAMPLES, paired_differences, score_table
+from models.devices import pick_device
 from models.doc2vec import infer_vectors
 from serving.bundle import Bundle, load_bundle
-from serving.embed import Embedder, inference_device
+from serving.embed import Embedder
 from serving.open_clip_baseline import OpenClipModel
 from serving.table_report import write_report
 
@@ -236,7 +237,7 @@ def evaluate_bundles(
     """Score every bundle, then every CLIP baseline, on the table; write ``metrics.json``, ``report.md``,
     ``rejects.csv`` and one CLIP_benchmark JSON per model (``clip_benchmark/``) into ``out``; return what
     ``metrics.json`` holds. The first model is the one the others are compared with."""
-    device = device or inference_device()
+    device = device or pick_device()
     models: list[BundleModel | ClipModel] = [BundleModel(Path(path), load_bundle(path)) for path in bundle_paths]
     models += [ClipModel(baseline) for baseline in baselines or []]
     if not models:

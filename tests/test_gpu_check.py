@@ -58,6 +58,12 @@ def write_meta(root, family: str, signature: str, meta: dict) -> None:
     (folder / "_meta.json").write_text(json.dumps(meta))
 
 
+def test_the_check_audits_every_family_that_runs_a_network():
+    from tests.test_spawn import network_families
+
+    assert set(NETWORK_FAMILIES) == network_families()
+
+
 def test_every_network_stage_must_record_the_device(tmp_path):
     for family in NETWORK_FAMILIES:
         write_meta(tmp_path, family, "a1", {"device": "cuda:0"})

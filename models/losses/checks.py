@@ -1,5 +1,5 @@
-"""Input guards, masks, distances and the PVSE similarity that several losses of this package build on, and
-the COCOS keys (Bleeker & de Rijke, ECIR 2022, §4) every loss reports, with the package's one ``COCOS_EPS``.
+"""Input guards, masks, the PVSE similarity and the lookup of a choice by name (:func:`chosen`) that several
+losses of this package build on, and the COCOS keys (Bleeker & de Rijke, ECIR 2022, §4) every loss reports, with the package's one ``COCOS_EPS``.
 
 Imports nothing of the package; ``base``, the term modules (``pair_terms``, ``softmax_terms``) and the losses
 import it. Every function is pure: it reads its arguments and returns new tensors, built in the order the
@@ -33,7 +33,6 @@ class LossPreconditionError(ValueError):
 COCOS_EPS = 0.01
 #: loose enough for bf16 autocast outputs (eps 7.8e-3), tight enough to catch un-normalised embeddings.
 UNIT_NORM_TOLERANCE = 1e-2
-#: below this squared distance sqrt's gradient is cut, so identical embeddings give 0 gradient, not NaN
 
 
 # --------------------------------------------------------------------------------------------- input guards
@@ -219,7 +218,7 @@ def same_group_mask(group_ids: Tensor | None, batch_size: int, device: torch.dev
     return groups[:, None] == groups[None, :]
 
 
-# ------------------------------------------------------------------------------- distances and similarities
+# -------------------------------------------------------------------------------------- PVSE's similarity
 
 
 def mil_similarity(image: Tensor, text: Tensor) -> Tensor:

@@ -1,5 +1,5 @@
-"""The checks of a resolved run plan (:func:`check_plan`), run once when the plan is made, so a wrong value stops
-the command at once with one line naming it and what is valid, before any work."""
+"""The checks a resolved run plan runs (:func:`pipeline.config.plan.check_plan` calls them once, when the plan is
+made), so a wrong value stops the command at once with one line naming it and what is valid, before any work."""
 
 from __future__ import annotations
 
@@ -77,17 +77,25 @@ def gpu_shortfall(processes_by_variant: Mapping[str, int], host_gpus: int, sched
 def check_gpu_fit(processes_by_variant: Mapping[str, int]) -> None:
     """On a CUDA host, raise :class:`RunConfigurationError` when a variant's ``nproc_per_node`` (given per
     variant) does not fit (see :func:`gpu_shortfall`). On CPU the processes are gloo processes and always fit."""
-    import luigi
-
-    from pipeline.engine.gpus import host_gpu_count
+    from pipeline.engine.gpus import host_gpu_count, scheduler_gpu_slots
 
     gpus = host_gpu_count()
     if not gpus:
         return
-    scheduler_gpus = luigi.configuration.get_config().getint("resources", "gpu", 1)
-    problem = gpu_shortfall(processes_by_variant, gpus, scheduler_gpus)
+    problem = gpu_shortfall(processes_by_variant, gpus, scheduler_gpu_slots())
     if problem:
         raise RunConfigurationError(problem)
+
+
+def check_backbone(name: str, where: str) -> None:
+    """:class:`RunConfigurationError` naming ``where`` (the setting or flag) for an image trunk that does not
+    exist (``models.backbones``: a named trunk or ``timm:<arch>``)."""
+    from models.backbones import backbone_spec
+
+    try:
+        backbone_spec(name)
+    except KeyError as error:
+        raise RunConfigurationError(f"{where}: {error}") from None
 
 
 def exit_or_raise(error: RunConfigurationError) -> None:

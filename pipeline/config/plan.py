@@ -38,6 +38,7 @@ from pipeline.config.changes import (
 )
 from pipeline.config.checks import (
     RunConfigurationError,
+    check_backbone,
     check_gpu_fit,
     check_recipe_options,
     check_tuning,
@@ -216,7 +217,7 @@ def resolve_plan(
 ) -> RunPlan:
     """The plan of a run of ``profile`` with ``changes``, comparing ``grid`` (default: the paper's tables for the
     dataset) and building the ``extra`` variants too (a task started alone); checked as a whole
-    (:func:`pipeline.config.checks.check_plan`). A wrong value is one :class:`RunConfigurationError`."""
+    (:func:`check_plan`). A wrong value is one :class:`RunConfigurationError`."""
     if profile not in PROFILES:
         raise RunConfigurationError(PROFILES.unknown_message(profile))
     settings = apply_changes(PROFILES.get(profile), changes)
@@ -240,6 +241,7 @@ def _resolved(settings: Profile, name: str) -> Variant:
         return resolve_variant(settings, name)
     except VariantError as error:
         raise RunConfigurationError(f"--set variants.{name}: {error}") from None
+
 
 def check_plan(plan: RunPlan, also: Mapping[str, Variant]) -> None:
     """Everything a resolved plan must satisfy before any work, one :class:`RunConfigurationError` naming the
@@ -286,12 +288,7 @@ def check_plan(plan: RunPlan, also: Mapping[str, Variant]) -> None:
 def check_training(name: str, t: TrainSettings) -> None:
     """A variant's training settings that only a later task would refuse: its image trunk, and a selection
     sample too small for the n-way task that scores it."""
-    from models.backbones import backbone_spec
-
-    try:
-        backbone_spec(t.backbone)
-    except KeyError as error:
-        raise RunConfigurationError(f"variant {name}: train.backbone: {error}") from None
+    check_backbone(t.backbone, f"variant {name}: train.backbone")
     if t.selection_criterion.n_way and t.selection_max_pairs < t.selection_n_way:
         raise RunConfigurationError(
             f"variant {name}: train.selection_max_pairs ({t.selection_max_pairs}) is below the n-way task it "

@@ -159,14 +159,9 @@ SMOKE = Profile(
     tuning=TuningSettings(protocol="both", budget=3, trial_seeds=(0, 1), rung_epochs=(1,), reduction_factor=3),
 )
 
-__all__ = ["TrainSettings", "Profile", "PROFILES", "get_profile"]
+__all__ = ["TrainSettings", "Profile", "PROFILES"]
 
 #: every profile by name (``--profile``); a project adds its own with ``PROFILES.add(name, Profile(...))``
 PROFILES: Registry[Profile] = Registry("profile")
 for _profile in (SMOKE, DEMO, PAPER):
     PROFILES.add(_profile.name, _profile)
-
-
-def get_profile(name: str) -> Profile:
-    """The profile ``name``; one message naming the close and the available ones otherwise (a ``KeyError``)."""
-    return PROFILES.get(name)

@@ -67,36 +67,36 @@ VARIANTS: Registry[Variant] = Registry("variant")
 
 for _variant in (
     # Table 1, angular group (§4.2)
-        Variant("ang_np_sym", "Ang+NP+Sym", (ANGULAR,), search_space=tuned_space(angle=("angular",))),
-        Variant("ours_img_nns", "Ours (Img NNs)", (ANGULAR, WITHIN_ANGULAR), neighbor_source="image"),
-        eq8_variant("ours", "Ours", ANGULAR, WITHIN_ANGULAR, tuned_knob="angle"),
-        # Table 1, PVSE backbone
-        Variant("pvse", "PVSE", (PVSE,), model="pvse"),
-        Variant(
-            "pvse_ours",
-            "PVSE+Ours",
-            (PVSE, LossSpec("pvse_within_modality", {})),
-            model="pvse",
-            neighbor_source="text",
-        ),
-        # Table 1, triplet group
-        Variant("trip_np_sym", "Trip+NP+Sym", (TRIPLET,), search_space=tuned_space(margin=("triplet",))),
-        eq8_variant("ours_trip", "Ours (Trip)", TRIPLET, WITHIN_TRIPLET, tuned_knob="margin"),
-        # Table 4 ablations: Eq. 8 without one of its within-modality terms
-        eq8_variant("ours_minus_text", "Ours − L_text", ANGULAR, WITHIN_ANGULAR.changed(text_weight=0.0)),
-        eq8_variant("ours_minus_img", "Ours − L_img", ANGULAR, WITHIN_ANGULAR.changed(image_weight=0.0)),
-        # Table 2: Wang et al. 2016 structure preservation on top of Trip+NP+Sym, with the ground-truth
-        # groups (several captions of one image) or with estimated Doc2Vec neighbors (Eq. 5)
-        Variant("struc_gt_text", "Struc (GT, Text)", (TRIPLET, struc("text", "ground_truth"))),
-        Variant(
-            "struc_nn_text",
-            "Struc (NNΩ, Text)",
-            (TRIPLET, struc("text", "neighbors")),
-            neighbor_source="text",
-        ),
-        Variant(
-            "struc_nn_img", "Struc (NNΩ, Img)", (TRIPLET, struc("image", "neighbors")), neighbor_source="text"
-        ),
+    Variant("ang_np_sym", "Ang+NP+Sym", (ANGULAR,), search_space=tuned_space(angle=("angular",))),
+    Variant("ours_img_nns", "Ours (Img NNs)", (ANGULAR, WITHIN_ANGULAR), neighbor_source="image"),
+    eq8_variant("ours", "Ours", ANGULAR, WITHIN_ANGULAR, tuned_knob="angle"),
+    # Table 1, PVSE backbone
+    Variant("pvse", "PVSE", (PVSE,), model="pvse"),
+    Variant(
+        "pvse_ours",
+        "PVSE+Ours",
+        (PVSE, LossSpec("pvse_within_modality", {})),
+        model="pvse",
+        neighbor_source="text",
+    ),
+    # Table 1, triplet group
+    Variant("trip_np_sym", "Trip+NP+Sym", (TRIPLET,), search_space=tuned_space(margin=("triplet",))),
+    eq8_variant("ours_trip", "Ours (Trip)", TRIPLET, WITHIN_TRIPLET, tuned_knob="margin"),
+    # Table 4 ablations: Eq. 8 without one of its within-modality terms
+    eq8_variant("ours_minus_text", "Ours − L_text", ANGULAR, WITHIN_ANGULAR.changed(text_weight=0.0)),
+    eq8_variant("ours_minus_img", "Ours − L_img", ANGULAR, WITHIN_ANGULAR.changed(image_weight=0.0)),
+    # Table 2: Wang et al. 2016 structure preservation on top of Trip+NP+Sym, with the ground-truth
+    # groups (several captions of one image) or with estimated Doc2Vec neighbors (Eq. 5)
+    Variant("struc_gt_text", "Struc (GT, Text)", (TRIPLET, struc("text", "ground_truth"))),
+    Variant(
+        "struc_nn_text",
+        "Struc (NNΩ, Text)",
+        (TRIPLET, struc("text", "neighbors")),
+        neighbor_source="text",
+    ),
+    Variant(
+        "struc_nn_img", "Struc (NNΩ, Img)", (TRIPLET, struc("image", "neighbors")), neighbor_source="text"
+    ),
 ):
     VARIANTS.add(_variant.name, _variant)
 

@@ -55,6 +55,7 @@ def runs_in_own_process(mode: str | None = None) -> bool:
         return True
     return mode == "auto" and in_forked_worker() and host_gpu_count() > 0
 
+
 def _libc() -> Any:
     try:
         return ctypes.CDLL("libc.so.6", use_errno=True)

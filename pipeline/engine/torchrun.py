@@ -59,7 +59,7 @@ def torchrun_command(task: HashedTask, work_dir: Path, settings: TrainSettings) 
     parameters = json.dumps(task.process_params(), sort_keys=True)
     return command + [
         "-m",
-        "pipeline.run.train_ddp",
+        ENTRY_POINT,
         "--task",
         parameters,
         "--work-dir",

@@ -102,6 +102,8 @@ def _watch(task: FullRun, _dependency: luigi.Task) -> None:
 
 FullRun.event_handler(luigi.Event.SUCCESS)(_announce_report)
 FullRun.event_handler(luigi.Event.DEPENDENCY_PRESENT)(_announce_report)
+
+
 def _write_plans(task: FullRun, _dependency: luigi.Task) -> None:
     """Luigi is scheduling the run (planning alone never gets here): each swept value's plan goes into the run
     root first (the run's own plan is written for every task a run starts from: pipeline.tasks.params)."""

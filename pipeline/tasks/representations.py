@@ -11,7 +11,7 @@ import luigi
 import numpy as np
 
 from models.settings import TrainSettings
-from pipeline.config.checks import RunConfigurationError
+from pipeline.config.checks import RunConfigurationError, check_backbone
 from pipeline.engine.gpus import task_device
 from pipeline.engine.outputs import save_array, save_array_blocks, save_frame, write_json
 from pipeline.engine.task import HashedTask
@@ -108,17 +108,12 @@ class TrunkFeatures(PipelineTask):
     image_size = IdentityIntParameter(description="side in pixels the cached images are resized to")
     spatial = luigi.BoolParameter(default=False, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
     outputs = {"features": "features.npy"}
+    runs_network = True
 
     def check_identity(self) -> None:
-        from models.backbones import backbone_spec
-
-        try:
-            backbone_spec(self.backbone)
-        except KeyError as error:
-            raise RunConfigurationError(f"--backbone: {error}") from None
+        check_backbone(self.backbone, "--backbone")
         if self.image_size < 8:
             raise RunConfigurationError(f"--image-size {self.image_size}: must be >= 8")
-    runs_network = True
 
     def features(self) -> np.ndarray:
         """One row per image-cache row, memory-mapped: pooled ``[R, C]`` or the map ``[R, C, h, w]``."""
@@ -166,9 +161,6 @@ class NeighborTables(PipelineTask):
 
     space = luigi.Parameter(default="text", description="text (Doc2Vec space) or image (the trunk's features)")
 
-    def check_identity(self) -> None:
-        if self.space not in SPACES:
-            raise RunConfigurationError(f"--space {self.space!r}: expected one of {', '.join(SPACES)}")
     outputs = {
         "neighbors": "neighbors.npy",
         "distances": "distances.npy",
@@ -177,6 +169,10 @@ class NeighborTables(PipelineTask):
         "index": "index.ann",
         "summary": "neighbors.json",
     }
+
+    def check_identity(self) -> None:
+        if self.space not in SPACES:
+            raise RunConfigurationError(f"--space {self.space!r}: expected one of {', '.join(SPACES)}")
 
     def sampling_pool(self, train_positions: np.ndarray, sample_k: int | None) -> np.ndarray:
         """The pool each train pair's neighbor i' is drawn from: the first ``sample_k`` non-duplicate entries
