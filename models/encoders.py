@@ -15,7 +15,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from models.backbones import build_trunk
 from models.recurrent import fixed_width_final_states, gru_final_states
-from models.settings import TRUNK_MODES, TrainSettings
+from models.settings import TrainSettings, trunk_mode
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,10 @@ class EncoderConfig:
     gru_hidden: int = 512
     vocab_size: int = 2
     #: "finetune": the image tower holds the trunk and takes pixels; "frozen": it takes the trunk's cached
-    #: features (pooled [B, C] or map [B, C, h, w]) and holds only what is trained on top of them
+    #: features (pooled [B, C] or map [B, C, h, w]) and holds only what is trained on top of them; "top<k>": it
+    #: holds the trunk's top k stages and head and takes the cached map under them
     trunk: str = "finetune"
-    #: width of the cached trunk features (frozen mode; finetune reads it from the trunk)
+    #: width of the cached trunk features (frozen mode; the other modes read it from the trunk)
     feature_dim: int | None = None
 
     @classmethod
@@ -75,22 +76,28 @@ def normalised_pixels(images: Tensor, mean: Tensor, std: Tensor) -> Tensor:
 
 
 def frozen_trunk_features(
-    trunk: nn.Module, pixels: Tensor, mean: Tensor, std: Tensor, spatial: bool
+    trunk: nn.Module, pixels: Tensor, mean: Tensor, std: Tensor, spatial: bool, trained_stages: int = 0
 ) -> Tensor:
-    """What a frozen-trunk model takes for uint8 ``[B, S, S, 3]`` pixels (already at the trunk's input size):
-    the trunk's feature map in half precision when ``spatial`` (PVSE attends over its cells), else its
-    spatial mean ``float32 [B, C]`` — the form the ``TrunkFeatures`` cache stores and the bundle computes."""
+    """What a model over a cached trunk takes for uint8 ``[B, S, S, 3]`` pixels (already at the trunk's input
+    size) — the form the ``TrunkFeatures`` cache stores and a bundle computes: with ``trained_stages`` k >= 1 the
+    float32 map under the trunk's top k stages (the model trains those); else the whole trunk's feature map in
+    half precision when ``spatial`` (PVSE attends over its cells), or its spatial mean ``float32 [B, C]``."""
     # channels_last: measured 1.4-2.3x faster EfficientNet-Lite0 inference on CPU (same numbers)
-    feature_map = trunk(normalised_pixels(pixels, mean, std).contiguous(memory_format=torch.channels_last))
+    normalised = normalised_pixels(pixels, mean, std).contiguous(memory_format=torch.channels_last)
+    if trained_stages:
+        return trunk.below(normalised, trained_stages).float().contiguous()
+    feature_map = trunk(normalised)
     return feature_map.half() if spatial else feature_map.mean(dim=(2, 3))
 
 
 class ImageEncoder(nn.Module):
     """Image trunk -> global average pool -> linear -> L2 norm.
 
-    With ``trunk="frozen"`` the trunk is not part of the model: inputs are its cached features (computed
-    once per dataset, backbone and resolution by the ``TrunkFeatures`` task), as VSE++ and PVSE train on
-    precomputed features; only the projection (and what a model adds on top) is trained.
+    How much of the trunk the model holds follows ``trunk`` (:func:`models.settings.trunk_mode`): all of it,
+    taking pixels (``finetune``); none of it (``frozen``: inputs are its cached features, computed once per
+    dataset, backbone and resolution by the ``TrunkFeatures`` task, as VSE++ and PVSE train on precomputed
+    features, and only the projection and what a model adds on top train); or its top k stages and head
+    (``top<k>``: inputs are the cached map under them, and those stages train from their ImageNet weights).
     """
 
     def __init__(
@@ -102,10 +109,14 @@ class ImageEncoder(nn.Module):
         feature_dim: int | None = None,
     ) -> None:
         super().__init__()
-        if trunk not in TRUNK_MODES:
-            raise ValueError(TRUNK_MODES.unknown_message(trunk))
-        self.frozen = TRUNK_MODES.get(trunk).cached_features
-        if self.frozen:
+        mode = trunk_mode(trunk)
+        #: the model takes the trunk's cached output (features, or the map under its trained stages), not pixels
+        self.frozen = mode.cached_features
+        self.takes_pixels = not mode.cached_features
+        #: BatchNorm layers of the trained trunk part use their running statistics in training too
+        #: (``train.trunk_batchnorm="frozen"``; set by the model's builder)
+        self.frozen_batchnorm = False
+        if not mode.trains_trunk:
             if feature_dim is None:
                 raise ValueError("a frozen trunk needs feature_dim, the width of its cached features")
             self.trunk = None
@@ -113,34 +124,53 @@ class ImageEncoder(nn.Module):
             #: frozen features record whether they came from ImageNet weights; the task reports that
             self.pretrained_loaded = False
         else:
-            self.trunk = build_trunk(backbone, pretrained)
-            self.feature_dim = self.trunk.feature_dim
-            self.pretrained_loaded = self.trunk.pretrained_loaded
-            self.register_buffer("mean", torch.tensor(self.trunk.mean).view(1, 3, 1, 1), persistent=False)
-            self.register_buffer("std", torch.tensor(self.trunk.std).view(1, 3, 1, 1), persistent=False)
+            whole = build_trunk(backbone, pretrained)
+            self.feature_dim = whole.feature_dim
+            self.pretrained_loaded = whole.pretrained_loaded
+            #: where the trained part's starting weights came from (``{"file", "sha256"}`` when known)
+            self.weights_source = whole.weights_source
+            if mode.trained_stages is None:
+                self.trunk = whole
+                self.register_buffer("mean", torch.tensor(whole.mean).view(1, 3, 1, 1), persistent=False)
+                self.register_buffer("std", torch.tensor(whole.std).view(1, 3, 1, 1), persistent=False)
+            else:
+                # only the top stages and head are kept: the stages under them run once, into the cache
+                self.trunk = whole.top(mode.trained_stages)
         self.project = xavier_linear(self.feature_dim, embed_dim)
+
+    def train(self, mode: bool = True) -> ImageEncoder:
+        super().train(mode)
+        if mode and self.frozen_batchnorm and self.trunk is not None:
+            for module in self.trunk.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.eval()
+        return self
 
     def normalise_pixels(self, images: Tensor) -> Tensor:
         return normalised_pixels(images, self.mean, self.std)
 
     def feature_map(self, images: Tensor) -> Tensor:
         """``[B, C, h, w]`` map before pooling (7x7 at 224 px), for local-feature models such as PVSE."""
-        if self.frozen:
-            if images.dim() != 4:
-                raise ValueError(
-                    f"a frozen trunk takes cached feature maps [B, C, h, w] here, got {tuple(images.shape)}: "
-                    "cache spatial features (TrunkFeatures with spatial=True) for this model"
-                )
-            return images
-        return self.trunk(self.normalise_pixels(images))
+        if self.takes_pixels:
+            return self.trunk(self.normalise_pixels(images))
+        if images.dim() != 4:
+            raise ValueError(
+                f"a cached trunk gives feature maps [B, C, h, w] here, got {tuple(images.shape)}: "
+                "cache spatial features (TrunkFeatures with spatial=True) for this model"
+            )
+        return images if self.trunk is None else self.trunk(images)
 
     def pooled_features(self, images: Tensor) -> Tensor:
-        if self.frozen and images.dim() == 2:
+        if self.trunk is None and images.dim() == 2:
             return images
         return self.feature_map(images).mean(dim=(2, 3))
 
     def forward(self, images: Tensor) -> Tensor:
         return F.normalize(self.project(self.pooled_features(images)), dim=-1)
+
+    def trunk_parameters(self) -> list[nn.Parameter]:
+        """The parameters of the trained trunk part (none when frozen)."""
+        return [] if self.trunk is None else list(self.trunk.parameters())
 
 
 def word_embedding(vocab_size: int, word_dim: int, word_vectors: np.ndarray | None) -> nn.Embedding:

@@ -2,30 +2,80 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from common.registry import Registry
 
 AMP_MODES = ("auto", "off", "bf16", "fp16")
+#: a field's metadata key: the setting came after 1.0, so its default (what earlier runs did) is not hashed
+ADDED_AFTER_1_0 = "added_after_1_0"
+
+
+def added_setting(default: Any) -> Any:
+    """A settings field added after 1.0: hashed into an output's identity only when it is not ``default``."""
+    return field(default=default, metadata={ADDED_AFTER_1_0: True})
 #: how the sampled neighbor i' of Eq. 5 reaches a batch (models.batching)
 NEIGHBOR_MODES = ("in_batch", "extra_rows")
 
 
 @dataclass(frozen=True)
 class TrunkMode:
-    """How the image trunk takes part in training."""
+    """How much of the image trunk trains: none of it (``frozen``), its top ``k`` stages and head (``top<k>``)
+    or all of it (``finetune``, the paper's §3.3)."""
 
     name: str
-    #: the model holds no trunk: it trains on the trunk's features cached once (TrunkFeatures), not on pixels
+    #: the model trains on what the trunk computes below its trained part, cached once (``TrunkFeatures``), not
+    #: on pixels: the whole trunk's features when frozen, the map under the top stages for ``top<k>``
     cached_features: bool
+    #: the trunk's top stages the model holds and trains (0: none; None: every stage, from pixels)
+    trained_stages: int | None
 
+    @property
+    def trains_trunk(self) -> bool:
+        return self.trained_stages != 0
+
+
+#: the top-stages modes' names: ``top1``, ``top2``, ... (how many of the backbone's stages it has is checked
+#: against the backbone when the run is planned)
+TOP_STAGES_PREFIX = "top"
 
 #: "finetune": the trunk trains end to end on pixels (paper §3.3); "frozen": it is run once and its cached
-#: features train the projection and the text tower (VSE++ / PVSE's precomputed-feature mode)
+#: features train the projection and the text tower (VSE++ / PVSE's precomputed-feature mode); "top<k>" (not
+#: listed: any k >= 1): the trunk's map under its top k stages is cached once and those stages, its head and
+#: the projection train on it (:func:`trunk_mode`)
 TRUNK_MODES: Registry[TrunkMode] = Registry("trunk mode")
-TRUNK_MODES.add("finetune", TrunkMode("finetune", cached_features=False))
-TRUNK_MODES.add("frozen", TrunkMode("frozen", cached_features=True))
+TRUNK_MODES.add("finetune", TrunkMode("finetune", cached_features=False, trained_stages=None))
+TRUNK_MODES.add("frozen", TrunkMode("frozen", cached_features=True, trained_stages=0))
+
+
+def trunk_mode(name: str) -> TrunkMode:
+    """The trunk mode ``name``: a registered one, or ``top<k>`` for the top k >= 1 stages; a ValueError saying
+    what is valid otherwise."""
+    if name in TRUNK_MODES:
+        return TRUNK_MODES.get(name)
+    count = name.removeprefix(TOP_STAGES_PREFIX)
+    if name.startswith(TOP_STAGES_PREFIX) and count.isdigit() and int(count) >= 1 and count == str(int(count)):
+        return TrunkMode(name, cached_features=True, trained_stages=int(count))
+    raise ValueError(f"{TRUNK_MODES.unknown_message(name)}, or top<k> (the top k >= 1 stages train, e.g. top2)")
+
+
+@dataclass(frozen=True)
+class BatchNormMode:
+    """What the BatchNorm layers of a trained trunk part do in training (evaluation always uses their running
+    statistics)."""
+
+    name: str
+    #: normalise by each training batch's statistics and update the running ones (PyTorch's default, and what
+    #: the paper's fine-tuned ResNet-50 did); False: keep the running (ImageNet) statistics, train the scale
+    #: and shift only
+    batch_statistics: bool
+
+
+#: ``train.trunk_batchnorm``
+BATCHNORM_MODES: Registry[BatchNormMode] = Registry("trunk batchnorm mode")
+BATCHNORM_MODES.add("batch", BatchNormMode("batch", batch_statistics=True))
+BATCHNORM_MODES.add("frozen", BatchNormMode("frozen", batch_statistics=False))
 
 
 @dataclass(frozen=True)
@@ -83,9 +133,16 @@ class TrainSettings:
     #: in ``in_batch``, an anchor and its sampled neighbor are not cross-modal negatives of each other
     #: (False: the neighbor pair is an ordinary negative, which fights L_text / L_img)
     mask_neighbor_pairs: bool = True
-    #: "finetune": the trunk trains end to end on pixels (paper §3.3); "frozen": it is run once and its
-    #: cached features train the projection and the text tower (VSE++ / PVSE's precomputed-feature mode)
+    #: how much of the trunk trains (:func:`trunk_mode`): "finetune" all of it, end to end on pixels (paper
+    #: §3.3); "frozen" none (its cached features train the projection and the text tower, VSE++ / PVSE's
+    #: precomputed-feature mode); "top<k>" its top k stages and head, on the cached map under them
     trunk: str = "finetune"
+    #: a trained trunk part's BatchNorm in training (:data:`BATCHNORM_MODES`): "batch" statistics (PyTorch's
+    #: default) or "frozen" (the ImageNet running statistics kept)
+    trunk_batchnorm: str = added_setting("batch")
+    #: the trained trunk part's learning rate as a multiple of ``learning_rate`` (1: one rate for every
+    #: parameter, the paper's; pretrained layers often take a smaller one than the layers trained from scratch)
+    trunk_learning_rate_scale: float = added_setting(1.0)
     #: stop when the selection metric has not improved for this many epochs (None: run every epoch)
     early_stopping_patience: int | None = None
     #: what early stopping and ``model_best.pt`` follow (:data:`SELECTION_METRICS`); the plateau LR decay
@@ -131,8 +188,11 @@ class TrainSettings:
     log_every_steps: int = 50
 
     def __post_init__(self) -> None:
-        if self.trunk not in TRUNK_MODES:
-            raise ValueError(TRUNK_MODES.unknown_message(self.trunk))
+        trunk_mode(self.trunk)  # a ValueError naming the valid modes
+        if self.trunk_batchnorm not in BATCHNORM_MODES:
+            raise ValueError(BATCHNORM_MODES.unknown_message(self.trunk_batchnorm))
+        if not self.trunk_learning_rate_scale > 0:
+            raise ValueError(f"trunk_learning_rate_scale must be > 0, got {self.trunk_learning_rate_scale}")
         if self.neighbor_mode not in NEIGHBOR_MODES:
             raise ValueError(f"neighbor_mode must be one of {NEIGHBOR_MODES}, got {self.neighbor_mode!r}")
         if self.amp not in AMP_MODES:
@@ -159,7 +219,11 @@ class TrainSettings:
 
     @property
     def trunk_mode(self) -> TrunkMode:
-        return TRUNK_MODES.get(self.trunk)
+        return trunk_mode(self.trunk)
+
+    @property
+    def batchnorm_mode(self) -> BatchNormMode:
+        return BATCHNORM_MODES.get(self.trunk_batchnorm)
 
     @property
     def world_size(self) -> int:
@@ -183,6 +247,12 @@ OPERATIONAL_FIELDS = frozenset(
 
 
 def significant_settings(settings: TrainSettings) -> dict[str, Any]:
-    """The settings a trained model depends on (what Train hashes): all but :data:`OPERATIONAL_FIELDS`."""
+    """The settings a trained model depends on (what Train hashes): all but :data:`OPERATIONAL_FIELDS`, and a
+    setting added after 1.0 only when it differs from its default (which is what every run before it did), so
+    adding a setting moves no existing output."""
     values = asdict(settings)
-    return {f.name: values[f.name] for f in fields(settings) if f.name not in OPERATIONAL_FIELDS}
+    return {
+        f.name: values[f.name]
+        for f in fields(settings)
+        if f.name not in OPERATIONAL_FIELDS and not (f.metadata.get(ADDED_AFTER_1_0) and values[f.name] == f.default)
+    }

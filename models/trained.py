@@ -13,7 +13,9 @@ The record (``RECORD_FORMAT`` 1)::
     model, model_options   the registered model (models.registry) and its options
     encoder                EncoderConfig: backbone, embed_dim, word_dim, gru_hidden, vocab_size, trunk, feature_dim
     image                  the trunk's input side, pooled or spatial features, normalisation mean and std, and
-                           for a frozen trunk how its cached features were made (pretrained, seed)
+                           for a cached trunk how its cached features were made (pretrained, seed, weights file)
+    trunk_training         for a trunk that trains (its top stages, or all of it): which stages, their starting
+                           weights, BatchNorm, learning-rate scale and augmentation (absent for a frozen trunk)
     text                   tokenizer version, max tokens, and the vocabulary: its file (relative to the folder
                            the record's reader names), size and SHA-256
 """
@@ -21,7 +23,7 @@ The record (``RECORD_FORMAT`` 1)::
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ from common.hashing import file_sha256
 from models.backbones import build_trunk
 from models.encoders import EncoderConfig
 from models.registry import build_model, model_class
-from models.settings import TRUNK_MODES
+from models.settings import BATCHNORM_MODES, TrainSettings, trunk_mode
 
 RECORD_FILE = "model.json"
 RECORD_FORMAT = 1
@@ -59,16 +61,24 @@ class ModelRecord:
     tokenizer_version: int
     #: ``{"file", "size", "sha256"}`` of the vocabulary (token -> row of the word embedding)
     vocabulary: dict[str, Any]
-    #: a frozen trunk's cached features: ``{"pretrained", "seed", "weights_loaded"}`` — asked for ImageNet
-    #: weights, the seed of a random init, and whether the weights were there (a bundle must rebuild the same)
+    #: a cached trunk's features (frozen, or the map under its trained top stages): ``{"pretrained", "seed",
+    #: "weights_loaded", "weights"}`` — asked for ImageNet weights, the seed of a random init, whether the weights
+    #: were there (a bundle must rebuild the same) and the file they came from (``{"file", "sha256"}``, when known)
     frozen_trunk: dict[str, Any] | None = None
     format: int = RECORD_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
+    #: a trunk that trains: ``{"trained_stages", "stages", "starting_weights", "batchnorm",
+    #: "learning_rate_scale", "horizontal_flip"}`` — how many of its stages trained ("all" when fine-tuned end
+    #: to end) of how many, where their first weights came from (ImageNet's file and SHA-256, or a random init),
+    #: the BatchNorm mode and learning-rate scale of ``TrainSettings`` and whether pixels were flipped
+    trunk_training: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["encoder"] = asdict(self.encoder)
         out["mean"], out["std"] = list(self.mean), list(self.std)
+        if self.trunk_training is None:
+            del out["trunk_training"]  # a frozen trunk's record reads as it did before trunks could train
         return out
 
     @classmethod
@@ -95,10 +105,15 @@ def record_for(
     vocabulary_size: int,
     frozen_trunk_seed: int | None = None,
     frozen_trunk_weights_loaded: bool | None = None,
+    frozen_trunk_weights: dict[str, str] | None = None,
+    trunk_training: dict[str, Any] | None = None,
 ) -> ModelRecord:
     """The record of a model about to be trained with these settings (its normalisation read off its trunk)."""
     mean, std = trunk_normalisation(encoder.backbone)
     spatial = bool(getattr(model_class(model), "needs_spatial_features", False))
+    cached = {"pretrained": encoder.pretrained, "seed": frozen_trunk_seed, "weights_loaded": frozen_trunk_weights_loaded}
+    if frozen_trunk_weights is not None:
+        cached["weights"] = dict(frozen_trunk_weights)
     return ModelRecord(
         model=model,
         model_options=dict(model_options),
@@ -110,12 +125,35 @@ def record_for(
         max_text_tokens=max_text_tokens,
         tokenizer_version=tokenizer_version,
         vocabulary={"file": vocabulary_name, "size": vocabulary_size, "sha256": file_sha256(vocabulary_file)},
-        frozen_trunk=(
-            {"pretrained": encoder.pretrained, "seed": frozen_trunk_seed, "weights_loaded": frozen_trunk_weights_loaded}
-            if TRUNK_MODES.get(encoder.trunk).cached_features
-            else None
-        ),
+        frozen_trunk=cached if trunk_mode(encoder.trunk).cached_features else None,
+        trunk_training=trunk_training,
     )
+
+
+def trunk_training_record(settings: TrainSettings) -> dict[str, Any] | None:
+    """What ``trunk_training`` records of a run with ``settings`` before its model is built (None for a frozen
+    trunk); :func:`with_starting_weights` adds where the trained stages' first weights came from."""
+    mode = settings.trunk_mode
+    if not mode.trains_trunk:
+        return None
+    return {
+        "trained_stages": "all" if mode.trained_stages is None else mode.trained_stages,
+        "stages": build_trunk(settings.backbone, False).stage_count,
+        "batchnorm": settings.trunk_batchnorm,
+        "learning_rate_scale": settings.trunk_learning_rate_scale,
+        "horizontal_flip": settings.horizontal_flip,
+    }
+
+
+def with_starting_weights(record: ModelRecord, model: nn.Module) -> ModelRecord:
+    """``record`` with the trained trunk stages' starting weights of the freshly built ``model``: ImageNet's
+    (the file and its SHA-256 when known) or a random init (when asked for, or when the weights were missing)."""
+    if record.trunk_training is None:
+        return record
+    encoder = next(module for module in model.modules() if hasattr(module, "trunk_parameters"))
+    source = getattr(encoder, "weights_source", None)
+    starting = {"imagenet": bool(encoder.pretrained_loaded), **(source or {})}
+    return replace(record, trunk_training={**record.trunk_training, "starting_weights": starting})
 
 
 def trunk_normalisation(backbone: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -144,7 +182,13 @@ def build_from_record(record: ModelRecord, *, initial_word_vectors: np.ndarray |
     training run, the trunk's ImageNet weights when the record asks for them and the word embedding from
     ``initial_word_vectors``."""
     config = EncoderConfig(**{**asdict(record.encoder), "pretrained": record.encoder.pretrained and for_training})
-    return build_model(record.model, config, initial_word_vectors if for_training else None, **record.model_options)
+    model = build_model(record.model, config, initial_word_vectors if for_training else None, **record.model_options)
+    if record.trunk_training is not None and record.trunk_training.get("batchnorm") is not None:
+        frozen = not BATCHNORM_MODES.get(record.trunk_training["batchnorm"]).batch_statistics
+        for module in model.modules():
+            if hasattr(module, "frozen_batchnorm"):
+                module.frozen_batchnorm = frozen
+    return model
 
 
 def load_trained(record: ModelRecord, checkpoint: Path, device: torch.device | str = "cpu") -> tuple[nn.Module, int]:

@@ -175,6 +175,15 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
                 "rebuilds otherwise; export where that trunk's ImageNet weights are "
                 + ("installed" if record.frozen_trunk["weights_loaded"] else "absent, or retrain")
             )
+        used = (record.frozen_trunk.get("weights") or {}).get("sha256")
+        found = (trunk.weights_source or {}).get("sha256")
+        if used is not None and found != used:
+            raise BundleError(
+                f"the model trained on features of {record.frozen_trunk['weights'].get('file')} (SHA-256 {used[:12]}…), "
+                f"but this machine's {record.encoder.backbone} weights are "
+                + (f"another file (SHA-256 {found[:12]}…)" if found else "not a file it can read")
+                + ": export where the same weights are installed"
+            )
         trunk_state, feature_dim, pretrained_loaded = trunk.state_dict(), trunk.feature_dim, trunk.pretrained_loaded
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,

@@ -18,6 +18,7 @@ from data_recipes.image_cache import centre_square
 from data_recipes.validate import DEFAULT_MAX_PIXELS, load_image_rgb
 from models.encoders import frozen_trunk_features
 from models.inference import embed_pairs
+from models.settings import trunk_mode
 from models.training import PairData
 from serving.bundle import Bundle
 
@@ -38,17 +39,20 @@ def _per_item(embeddings: np.ndarray) -> np.ndarray:
 
 
 class TrunkThenModel(nn.Module):
-    """A bundle's model with its frozen trunk in front, so it takes pixels as a fine-tuned model does: the
-    trunk's features are computed exactly as the ``TrunkFeatures`` cache the model trained on holds them."""
+    """A bundle's model with its frozen trunk (or the trunk's stages under the model's trained ones) in front, so
+    it takes pixels as a fine-tuned model does: the trunk's features are computed exactly as the
+    ``TrunkFeatures`` cache the model trained on holds them."""
 
-    def __init__(self, model: nn.Module, trunk: nn.Module, mean: Tensor, std: Tensor, spatial: bool) -> None:
+    def __init__(
+        self, model: nn.Module, trunk: nn.Module, mean: Tensor, std: Tensor, spatial: bool, trained_stages: int = 0
+    ) -> None:
         super().__init__()
-        self.model, self.trunk, self.spatial = model, trunk, spatial
+        self.model, self.trunk, self.spatial, self.trained_stages = model, trunk, spatial, trained_stages
         self.register_buffer("mean", mean)
         self.register_buffer("std", std)
 
     def encode_image(self, pixels: Tensor) -> Tensor:
-        features = frozen_trunk_features(self.trunk, pixels, self.mean, self.std, self.spatial)
+        features = frozen_trunk_features(self.trunk, pixels, self.mean, self.std, self.spatial, self.trained_stages)
         return self.model.encode_image(features.float())
 
     def encode_text(self, tokens: Tensor, lengths: Tensor) -> Tensor:
@@ -70,7 +74,8 @@ class Embedder:
         if bundle.trunk is not None:
             mean = torch.tensor(image["mean"]).view(1, 3, 1, 1)
             std = torch.tensor(image["std"]).view(1, 3, 1, 1)
-            model = TrunkThenModel(model, bundle.trunk, mean, std, image["features"] == "spatial")
+            trained_stages = trunk_mode(image["trunk"]).trained_stages or 0
+            model = TrunkThenModel(model, bundle.trunk, mean, std, image["features"] == "spatial", trained_stages)
         self.model = model.to(self.device).eval()
         #: the tokenizer the model was trained with (a bundle records its version)
         self.tokenize = tokenizer_for(bundle.tokenizer_version)

@@ -18,6 +18,7 @@ from evaluation.report.full_ranking import full_ranking_section
 from evaluation.report.inputs import FIGURES_DIR, ReportInputs
 from evaluation.report.learned import against_chance, chance_table_section, learned_section
 from evaluation.report.metadata import run_intro, run_metadata_section, training_and_data_section
+from evaluation.report.paper_section import compare_with_paper, paper_effect_section
 from evaluation.report.preservation import (
     preservation_against_k_section,
     table_3_section,
@@ -48,8 +49,14 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
     summary = summarise_variants(runs)
     significance = significance_against_baseline(runs, inputs.baseline)
     comparisons = protocol_comparisons(inputs)
+    paper = {
+        protocol: compare_with_paper(inputs, protocol)
+        for protocol in ("tuned", "shared")
+        if protocol in inputs.protocols
+    }
     doc = Document(inputs.title)
     run_intro(doc, inputs.run_info)
+    paper_effect_section(doc, paper, comparisons["fair"])
     chance = {
         protocol: against_chance(protocol_runs, inputs.bootstrap_resamples)
         for protocol, protocol_runs in (("tuned", inputs.tuned_runs), ("shared", inputs.runs))
@@ -87,6 +94,8 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
             (h for h in comparisons["headlines"].values() if h["available"]), next(iter(comparisons["headlines"].values()))
         ),
         "chance": chance,
+        # each headline comparison against the paper's Table 1 and 3 effects, with its tie and power readings
+        "paper_effect": paper,
         "protocols": comparisons,
         "variants": summary,
         "significance": significance,

@@ -124,7 +124,13 @@ def _preservation_outcome(modality: str) -> Callable[[VariantRun], np.ndarray]:
     return lambda run: np.asarray(run.preservation[modality], dtype=np.float64)
 
 
-def _verdict(row: dict[str, Any], method_label: str, baseline_label: str) -> str:
+def row_outcomes(runs: list[VariantRun], variant: str, key: str) -> dict[int, np.ndarray]:
+    """The per-item outcomes a headline row ``key`` compares, of ``variant``'s runs by seed."""
+    outcome = _preservation_outcome(key.removeprefix("preservation_")) if key.startswith("preservation_") else _hits_outcome(key)
+    return _by_seed([run for run in runs if run.variant == variant], outcome)
+
+
+def verdict(row: dict[str, Any], method_label: str, baseline_label: str) -> str:
     if row["ci_low"] > 0:
         return f"{method_label} higher"
     if row["ci_high"] < 0:
@@ -182,7 +188,7 @@ def headline_section(doc: Document, headline: dict[str, Any], title_suffix: str 
                 f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
                 f"{row['mde']:.4f}",
                 f"{row['p_value']:.4f}",
-                _verdict(row, method, baseline),
+                verdict(row, method, baseline),
             ]
             for row in rows
         ],

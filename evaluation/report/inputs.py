@@ -94,3 +94,6 @@ class ReportInputs:
     tuned_runs: list[VariantRun] = field(default_factory=list)
     #: each tuned variant's ``selection.json`` (Tune): trials, their validation scores, the choice
     selections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: a tuned variant whose choice was a tie: its report seeds trained at the runner-up's setting too (the
+    #: report reads each comparison under both choices)
+    runner_up_runs: list[VariantRun] = field(default_factory=list)

@@ -45,12 +45,12 @@ def check_training_inputs(
         )
     if settings.trunk_mode.cached_features and data.image_features is None:
         raise ValueError(
-            "trunk='frozen' trains on cached trunk features, but the pair data holds none: pass "
+            f"trunk={settings.trunk!r} trains on cached trunk features, but the pair data holds none: pass "
             "PairData(image_features=...) (the TrunkFeatures task's output)"
         )
     if settings.trunk_mode.cached_features and settings.horizontal_flip:
         raise ValueError(
-            "horizontal_flip needs pixels, but a frozen trunk trains on cached features: set "
+            f"horizontal_flip needs pixels, but trunk={settings.trunk!r} trains on cached features: set "
             "horizontal_flip=False (VSE++ and PVSE do not flip precomputed features either)"
         )
     if not [loss for loss in losses if not loss.needs_neighbors]:
@@ -58,6 +58,21 @@ def check_training_inputs(
             f"every loss of {[loss.name for loss in losses]} needs sampled neighbors, so no validation loss "
             "can be computed: add a cross-modal loss (e.g. angular), as Eq. 8 does"
         )
+
+
+def parameter_groups(model: nn.Module, settings: TrainSettings) -> list[dict] | list[nn.Parameter]:
+    """What Adam trains: every parameter at ``learning_rate``, or, with ``trunk_learning_rate_scale`` other than
+    1, the trained trunk part's parameters in a group of their own at the scaled rate (the plateau decay scales
+    both groups alike)."""
+    if settings.trunk_learning_rate_scale == 1.0:
+        return list(model.parameters())
+    trunk = {id(p) for module in model.modules() if hasattr(module, "trunk_parameters") for p in module.trunk_parameters()}
+    rest = [p for p in model.parameters() if id(p) not in trunk]
+    scaled = [p for p in model.parameters() if id(p) in trunk]
+    return [
+        {"params": rest, "lr": settings.learning_rate},
+        {"params": scaled, "lr": settings.learning_rate * settings.trunk_learning_rate_scale},
+    ]
 
 
 def build_optimizer(model: nn.Module, settings: TrainSettings, device: torch.device) -> torch.optim.Adam:
@@ -70,7 +85,7 @@ def build_optimizer(model: nn.Module, settings: TrainSettings, device: torch.dev
         if settings.cuda_graphs:
             options["capturable"] = True
     return torch.optim.Adam(
-        model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay, **options
+        parameter_groups(model, settings), lr=settings.learning_rate, weight_decay=settings.weight_decay, **options
     )
 
 

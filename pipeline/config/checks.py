@@ -98,6 +98,24 @@ def check_backbone(name: str, where: str) -> None:
         raise RunConfigurationError(f"{where}: {error}") from None
 
 
+def check_trunk_stages(backbone: str, trained_stages: int, where: str) -> None:
+    """:class:`RunConfigurationError` naming ``where`` when ``backbone`` cannot train its top ``trained_stages``
+    stages (it is not cut into stages here, or has fewer)."""
+    from models.backbones import build_trunk
+
+    try:
+        count = build_trunk(backbone, False).stage_count
+    except KeyError as error:
+        raise RunConfigurationError(f"{where}: {error}") from None
+    if count is None:
+        raise RunConfigurationError(
+            f"{where}: backbone {backbone!r} is not cut into stages here, so it cannot train only its top stages; "
+            "use trunk=frozen or finetune, or a ResNet or EfficientNet backbone"
+        )
+    if not 1 <= trained_stages <= count:
+        raise RunConfigurationError(f"{where}: backbone {backbone!r} has {count} stages; train 1 to {count} of them, not {trained_stages}")
+
+
 def exit_or_raise(error: RunConfigurationError) -> None:
     """On the ``luigi`` command line: print ``error: ...`` as one line and exit with status 2 (luigi would
     log a traceback and, for an error met while scheduling, exit 0). Called from code (``luigi.build``): raise."""

@@ -41,6 +41,7 @@ from pipeline.config.checks import (
     check_backbone,
     check_gpu_fit,
     check_recipe_options,
+    check_trunk_stages,
     check_tuning,
 )
 from pipeline.config.profiles import PROFILES, Profile
@@ -224,7 +225,10 @@ def resolve_plan(
     for name in [*grid, *extra]:
         if name not in VARIANTS:
             raise RunConfigurationError(str(unknown_variant(name)))
-    grid = tuple(dict.fromkeys(grid)) or paper_grid(settings.recipe in CAPTION_GROUP_RECIPES)
+    for name in settings.grid:
+        if name not in VARIANTS:
+            raise RunConfigurationError(f"profile {profile!r}: {unknown_variant(name)}")
+    grid = tuple(dict.fromkeys(grid)) or settings.grid or paper_grid(settings.recipe in CAPTION_GROUP_RECIPES)
     # every variant the run builds, and every variant a change names (checked to build, not kept)
     names = dict.fromkeys([*grid, *extra])
     changed = [n for n in settings.variant_overrides if n != EVERY_VARIANT]
@@ -289,6 +293,13 @@ def check_training(name: str, t: TrainSettings) -> None:
     """A variant's training settings that only a later task would refuse: its image trunk, and a selection
     sample too small for the n-way task that scores it."""
     check_backbone(t.backbone, f"variant {name}: train.backbone")
+    if t.trunk_mode.trained_stages:
+        check_trunk_stages(t.backbone, t.trunk_mode.trained_stages, f"variant {name}: train.trunk={t.trunk}")
+    if t.trunk_mode.cached_features and t.horizontal_flip:
+        raise RunConfigurationError(
+            f"variant {name}: train.horizontal_flip needs pixels, but train.trunk={t.trunk} trains on cached trunk "
+            "features: set train.horizontal_flip=false"
+        )
     if t.selection_criterion.n_way and t.selection_max_pairs < t.selection_n_way:
         raise RunConfigurationError(
             f"variant {name}: train.selection_max_pairs ({t.selection_max_pairs}) is below the n-way task it "

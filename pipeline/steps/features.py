@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from models.backbones import build_trunk
+from models.backbones import Trunk, build_trunk
 from models.devices import inference_batch_size
 from models.encoders import frozen_trunk_features, resize_batch
 from models.loader import LoaderSettings, prefetched
@@ -24,12 +24,14 @@ def trunk_feature_batches(
     seed: int,
     batch_size: int | None = None,
     device: str | torch.device = "cpu",
-) -> tuple[Iterator[np.ndarray], bool]:
+    trained_stages: int = 0,
+) -> tuple[Iterator[np.ndarray], Trunk]:
     """Trunk features of every row of the image cache ``images`` (uint8 ``[R, S, S, 3]``), resized to
     ``image_size``, as batches of ``batch_size`` rows in row order: pooled ``float32 [B, C]``, or with
     ``spatial`` the map ``float16 [B, C, h, w]`` (PVSE attends over its cells; half precision halves the
-    cache, and the trained layers work in float32). Also returns whether ImageNet weights were loaded
-    (otherwise: the seeded random init, with a warning). ``batch_size`` None: 128 on the CPU (the size every
+    cache, and the trained layers work in float32); with ``trained_stages`` k >= 1 the float32 map under the
+    trunk's top k stages. Also returns the trunk (``pretrained_loaded``: whether ImageNet weights were loaded,
+    otherwise the seeded random init, with a warning; ``weights_source``: their file). ``batch_size`` None: 128 on the CPU (the size every
     CPU cache was computed with), larger on a GPU (:func:`models.devices.inference_batch_size`).
     """
     if batch_size is None:
@@ -52,6 +54,6 @@ def trunk_feature_batches(
         row_chunks = (np.arange(start, min(start + batch_size, len(images))) for start in starts)
         for _, batch in prefetched(row_chunks, host_batch, loading.num_workers, loading.prefetch_batches):
             pixels = batch.to(device, non_blocking=loading.pin_memory)
-            yield frozen_trunk_features(trunk, pixels, mean, std, spatial).cpu().numpy()
+            yield frozen_trunk_features(trunk, pixels, mean, std, spatial, trained_stages).cpu().numpy()
 
-    return batches(), trunk.pretrained_loaded
+    return batches(), trunk

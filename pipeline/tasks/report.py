@@ -171,7 +171,9 @@ class Report(PipelineTask):
         leaves the headline method out)."""
         names = self.variant_names()
         variant = HEADLINE_METHOD if HEADLINE_METHOD in names else names[0]
-        return self.clone(SearchIndex, variant=variant, seed=min(self.seeds_for(variant)))
+        # the run at the profile's settings; under the tuned protocol alone, the run at the tuned choice
+        tuned = variant not in self.shared_variants()
+        return self.clone(SearchIndex, variant=variant, seed=min(self.seeds_for(variant)), tuned=tuned)
 
     def requires(self) -> dict[str, Any]:
         return {
@@ -250,11 +252,17 @@ class Report(PipelineTask):
         req = self.requires()
         runs = [load_run(e, train) for e, train in zip(req["evaluations"], req["trains"], strict=True)]
         tuned = [load_run(e, e.clone(Train)) for task in req["tuned"] for e in task.evaluations()]
+        runner_up = [load_run(e, e.clone(Train)) for task in req["tuned"] for e in task.runner_up_evaluations()]
         selections = {task.variant: task.requires()["tune"].load("selection") for task in req["tuned"]}
         cocos = [{"label": task.variant_spec().label, **task.load("cocos")} for task in req["cocos"]]
         # the tuning schedule's Trains and the tuned runs' Train and Evaluate are dynamic dependencies (known once
         # Tune has run): added here
-        dynamic = [task for tuned_runs in req["tuned"] for e in tuned_runs.evaluations() for task in all_upstream(e)]
+        dynamic = [
+            task
+            for tuned_runs in req["tuned"]
+            for e in [*tuned_runs.evaluations(), *tuned_runs.runner_up_evaluations()]
+            for task in all_upstream(e)
+        ]
         for tuned_runs in req["tuned"]:
             tune = tuned_runs.requires()["tune"]
             dynamic += [tune.train_of(key) for key in tune.schedule().visited]
@@ -290,6 +298,7 @@ class Report(PipelineTask):
             protocols=self.protocols(),
             tuned_runs=tuned,
             selections=selections,
+            runner_up_runs=runner_up,
         )
         document, payload = build_report(inputs, work_dir)
         plan = {**self.run_plan.summary(), "plan": self.plan_id, "report": self.signature()}

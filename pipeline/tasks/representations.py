@@ -11,7 +11,7 @@ import luigi
 import numpy as np
 
 from models.settings import TrainSettings
-from pipeline.config.checks import RunConfigurationError, check_backbone
+from pipeline.config.checks import RunConfigurationError, check_backbone, check_trunk_stages
 from pipeline.engine.gpus import task_device
 from pipeline.engine.outputs import save_array, save_array_blocks, save_frame, write_json
 from pipeline.engine.task import HashedTask
@@ -99,14 +99,17 @@ class TrainWordVectors(PipelineTask):
 
 class TrunkFeatures(PipelineTask):
     """Image-trunk features of every cached image, computed once per dataset x backbone x resolution and
-    reused by every variant and seed that trains on a frozen trunk and by the image-neighbor table.
+    reused by every variant and seed that trains on a cached trunk and by the image-neighbor table.
     ``spatial`` keeps the map before pooling (PVSE attends over its cells); otherwise the pooled vector.
+    ``trained_stages`` k >= 1: the float32 map under the trunk's top k stages instead, which a ``top<k>`` model
+    trains on (those stages are the model's).
     """
 
     backbone = luigi.Parameter(description="trunk name (models/backbones.py)")
     pretrained = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
     image_size = IdentityIntParameter(description="side in pixels the cached images are resized to")
     spatial = luigi.BoolParameter(default=False, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
+    trained_stages = IdentityIntParameter(default=0, description="cache the map under the trunk's top k stages (0: all)")
     outputs = {"features": "features.npy"}
     runs_network = True
 
@@ -114,9 +117,11 @@ class TrunkFeatures(PipelineTask):
         check_backbone(self.backbone, "--backbone")
         if self.image_size < 8:
             raise RunConfigurationError(f"--image-size {self.image_size}: must be >= 8")
+        if self.trained_stages:
+            check_trunk_stages(self.backbone, self.trained_stages, "--trained-stages")
 
     def features(self) -> np.ndarray:
-        """One row per image-cache row, memory-mapped: pooled ``[R, C]`` or the map ``[R, C, h, w]``."""
+        """One row per image-cache row, memory-mapped: pooled ``[R, C]`` or a map ``[R, C, h, w]``."""
         return self.load("features", mmap_mode="r")
 
     def requires(self) -> PrepareDataset:
@@ -129,28 +134,40 @@ class TrunkFeatures(PipelineTask):
             "image_size": self.image_size,
             "spatial": self.spatial,
             "seed": self.run_plan.data_seed,
+            # only when set: the whole trunk's caches keep the paths they had before trunks could train
+            **({"trained_stages": self.trained_stages} if self.trained_stages else {}),
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         images = self.requires().images()
         device = task_device()
-        batches, loaded = trunk_feature_batches(
+        batches, trunk = trunk_feature_batches(
             images, self.backbone, self.pretrained, self.image_size, self.spatial, self.run_plan.data_seed,
-            device=str(device),
+            device=str(device), trained_stages=self.trained_stages,
         )
         # batch by batch to disk: at 1M images the pooled features alone are 5 GB
         shape, dtype = save_array_blocks(self.work_path(work_dir, "features"), len(images), batches)
-        return {"shape": list(shape), "dtype": str(dtype), "imagenet_weights_loaded": loaded, "device": str(device)}
+        return {
+            "shape": list(shape),
+            "dtype": str(dtype),
+            "imagenet_weights_loaded": trunk.pretrained_loaded,
+            "weights_source": trunk.weights_source,
+            "device": str(device),
+        }
 
 
-def trunk_features_task(task: HashedTask, settings: TrainSettings, spatial: bool) -> TrunkFeatures:
-    """The TrunkFeatures task of ``settings``' backbone and resolution, with ``task``'s dataset parameters."""
+def trunk_features_task(
+    task: HashedTask, settings: TrainSettings, spatial: bool, trained_stages: int = 0
+) -> TrunkFeatures:
+    """The TrunkFeatures task of ``settings``' backbone and resolution, with ``task``'s dataset parameters
+    (``trained_stages``: the map under that many top stages)."""
     return task.clone(
         TrunkFeatures,
         backbone=settings.backbone,
         pretrained=settings.pretrained,
         image_size=settings.image_size,
         spatial=spatial,
+        trained_stages=trained_stages,
     )
 
 

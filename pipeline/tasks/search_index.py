@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import luigi
 import numpy as np
 import pandas as pd
 
@@ -22,6 +23,7 @@ from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.params import PipelineTask
 from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.training import Train, VariantParams
+from pipeline.tasks.tuning import TunedRuns
 from serving.bundle import BUNDLE_FORMAT_VERSION, export_bundle, load_bundle
 from serving.embed import Embedder
 from serving.gallery import validated_batch
@@ -30,15 +32,25 @@ from serving.runs import bundle_parts
 
 
 class SearchIndex(VariantParams, PipelineTask):
-    """A bundle of one (variant, seed) and a search index of the test split made with it."""
+    """A bundle of one (variant, seed) and a search index of the test split made with it: the run at the
+    profile's settings, or with ``tuned`` the run at the variant's tuned choice (a run of the tuned protocol
+    alone trains no other)."""
 
+    tuned = luigi.BoolParameter(default=False, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
     tokenizes = True
     outputs = {"bundle": "bundle", "index": "index"}
 
+    def model_tasks(self) -> dict[str, HashedTask]:
+        """The Train and Evaluate of the indexed run (under ``tuned``, readable once TunedRuns has run)."""
+        if not self.tuned:
+            return {"train": self.clone(Train), "evaluate": self.clone(Evaluate)}
+        evaluate = next(e for e in self.requires()["tuned"].evaluations() if e.seed == self.seed)
+        return {"train": evaluate.clone(Train), "evaluate": evaluate}
+
     def requires(self) -> dict[str, HashedTask]:
+        runs = {"tuned": self.clone(TunedRuns)} if self.tuned else {"train": self.clone(Train), "evaluate": self.clone(Evaluate)}
         return {
-            "train": self.clone(Train),
-            "evaluate": self.clone(Evaluate),
+            **runs,
             "split": self.clone(Split),
             "prepared": self.clone(PrepareDataset),
             "words": self.clone(TrainWordVectors),
@@ -52,6 +64,7 @@ class SearchIndex(VariantParams, PipelineTask):
             "bundle_format": BUNDLE_FORMAT_VERSION,
             "index_format": INDEX_FORMAT_VERSION,
             "image_cache_size": self.settings.image_cache_size,
+            **({"protocol": "tuned"} if self.tuned else {}),
         }
 
     def serve_command(self) -> str:
@@ -59,9 +72,10 @@ class SearchIndex(VariantParams, PipelineTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         inputs = self.requires()
+        run = self.model_tasks()
         # the bundle as `crossmodal export` makes it: from the Train's and the Evaluate's folders
         bundle_dir = self.work_path(work_dir, "bundle")
-        export_bundle(bundle_parts(inputs["train"].output_dir(), inputs["evaluate"].output_dir()), bundle_dir)
+        export_bundle(bundle_parts(run["train"].output_dir(), run["evaluate"].output_dir()), bundle_dir)
         bundle = load_bundle(bundle_dir)
         manifest = inputs["split"].manifest()
         test = manifest[manifest["split"] == "test"]

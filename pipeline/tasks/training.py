@@ -28,6 +28,8 @@ from models.trained import (
     load_trained,
     read_record,
     record_for,
+    trunk_training_record,
+    with_starting_weights,
     write_record,
 )
 from models.training import (
@@ -88,9 +90,8 @@ def trunk_inputs(task: VariantParams, t: TrainSettings) -> dict[str, HashedTask]
     """The cached trunk features a frozen-trunk variant trains and is evaluated on (nothing when fine-tuned)."""
     if not t.trunk_mode.cached_features:
         return {}
-    return {
-        "features": trunk_features_task(task, t, spatial=model_needs_spatial_features(task.variant_spec()))
-    }
+    spatial = model_needs_spatial_features(task.variant_spec()) and not t.trunk_mode.trains_trunk
+    return {"features": trunk_features_task(task, t, spatial=spatial, trained_stages=t.trunk_mode.trained_stages)}
 
 
 def model_record(task: VariantParams, inputs: Mapping[str, HashedTask], data: PairData) -> ModelRecord:
@@ -115,6 +116,9 @@ def model_record(task: VariantParams, inputs: Mapping[str, HashedTask], data: Pa
         frozen_trunk_weights_loaded=(
             bool(inputs["features"].meta()["summary"]["imagenet_weights_loaded"]) if "features" in inputs else None
         ),
+        # the weights file the cache was computed with (TrunkFeatures records it since trunks could train)
+        frozen_trunk_weights=inputs["features"].meta()["summary"].get("weights_source") if "features" in inputs else None,
+        trunk_training=trunk_training_record(t),
     )
 
 
@@ -322,10 +326,10 @@ class Train(VariantParams, PipelineTask):
         )
         spec = self.variant_spec()
         record = model_record(self, inputs, data)
-        if distributed.is_main:
-            write_record(record, self.work_path(work_dir, "model"))
         torch.manual_seed(config["seed"])
         model = build_from_record(record, initial_word_vectors=word_vectors, for_training=True)
+        if distributed.is_main:
+            write_record(with_starting_weights(record, model), self.work_path(work_dir, "model"))
         losses = spec.build_losses()
         val_positions = np.flatnonzero(split == "val")
         scorer = None

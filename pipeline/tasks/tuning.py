@@ -265,7 +265,9 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
 
 class TunedRuns(VariantChoice, PipelineTask):
     """The report seeds of one tuned variant, trained and evaluated on test at its chosen settings; a run
-    whose best epoch is its cap is continued to the extended cap first (the rule of the trials)."""
+    whose best epoch is its cap is continued to the extended cap first (the rule of the trials). When the choice
+    was a tie, the report seeds are trained and evaluated at the runner-up's settings too, so the report can say
+    whether each conclusion holds under both tied choices (issue 45)."""
 
     outputs = {"runs": "tuned_runs.json"}
 
@@ -278,38 +280,63 @@ class TunedRuns(VariantChoice, PipelineTask):
     def config(self) -> dict[str, Any]:
         return {"seeds": self.report_seeds()}
 
-    def trains(self) -> list[Train]:
-        """The report seeds' runs at the chosen settings and the variant's own epoch cap."""
-        overrides = self.requires()["tune"].chosen_overrides()
+    def choices(self) -> dict[str, dict[str, Any]]:
+        """The settings the report seeds train at: the choice, and the runner-up's when the choice was a tie."""
+        tune = self.requires()["tune"]
+        selection = tune.load("selection")
+        choices = {"chosen": tune.chosen_overrides()}
+        if selection.get("tie") and selection.get("runner_up") is not None:
+            choices["runner_up"] = tune.trial_overrides(selection["trials"][selection["runner_up"]]["point"])
+        return choices
+
+    def trains(self, choice: str = "chosen") -> list[Train]:
+        """The report seeds' runs at a choice's settings and the variant's own epoch cap."""
+        overrides = self.choices()[choice]
         return [self.clone(Train, seed=seed, point=overrides) for seed in self.report_seeds()]
 
-    def final_trains(self) -> list[Train]:
+    def final_trains(self, choice: str = "chosen") -> list[Train]:
         """Each seed's run, continued to the extended cap when it was capped (readable once trains() ran)."""
         tuning = self.settings.tuning
-        return [final_run(train, tuning.extended_cap(train.train_settings().epochs)) for train in self.trains()]
+        return [final_run(train, tuning.extended_cap(train.train_settings().epochs)) for train in self.trains(choice)]
 
-    def evaluations(self) -> list[Evaluate]:
+    def evaluations(self, choice: str = "chosen") -> list[Evaluate]:
         """The Evaluate of each seed's final run (readable once final_trains() ran)."""
         return [
-            self.clone(Evaluate, seed=train.seed, point=train.overrides()) for train in self.final_trains()
+            self.clone(Evaluate, seed=train.seed, point=train.overrides()) for train in self.final_trains(choice)
         ]
 
+    def runner_up_evaluations(self) -> list[Evaluate]:
+        """The report seeds' evaluations at the runner-up's settings (none unless the choice was a tie)."""
+        return self.evaluations("runner_up") if "runner_up" in self.choices() else []
+
     def dynamic_upstream(self) -> list[HashedTask]:
-        """The report seeds' runs and evaluations at the chosen settings (readable once Tune has run)."""
-        return [*self.trains(), *self.final_trains(), *self.evaluations()]
+        """The report seeds' runs and evaluations at each choice's settings (readable once Tune has run)."""
+        return [
+            task
+            for choice in self.choices()
+            for task in [*self.trains(choice), *self.final_trains(choice), *self.evaluations(choice)]
+        ]
 
     def run(self) -> Iterator[list[HashedTask]]:  # a Luigi task with dynamic dependencies is a generator
-        yield self.trains()
-        yield self.final_trains()
-        yield self.evaluations()
+        choices = list(self.choices())
+        yield [train for choice in choices for train in self.trains(choice)]
+        yield [train for choice in choices for train in self.final_trains(choice)]
+        yield [evaluation for choice in choices for evaluation in self.evaluations(choice)]
         super().run()
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
+        choices = self.choices()
         runs = {
             "variant": self.variant,
-            "overrides": self.requires()["tune"].chosen_overrides(),
+            "overrides": choices["chosen"],
             "evaluations": {str(e.seed): str(e.output_dir()) for e in self.evaluations()},
             "extended": [train.seed for train in self.final_trains() if train.continue_from_epochs],
         }
+        if "runner_up" in choices:
+            runs["runner_up"] = {
+                "overrides": choices["runner_up"],
+                "evaluations": {str(e.seed): str(e.output_dir()) for e in self.runner_up_evaluations()},
+                "extended": [train.seed for train in self.final_trains("runner_up") if train.continue_from_epochs],
+            }
         write_json(self.work_path(work_dir, "runs"), runs)
         return runs
