@@ -19,6 +19,7 @@ def serve(args: argparse.Namespace) -> None:
     from serving.access import HostCheck, resolve_access
     from serving.api import ServeSettings, create_app
     from serving.arguments import bind_socket
+    from serving.heads import MAX_HEAD_BYTES, BoundedH11Protocol
     from serving.search import Searcher
 
     # requests are embedded in parallel threads (FastAPI's pool): one core each instead of every request
@@ -56,5 +57,9 @@ def serve(args: argparse.Namespace) -> None:
             + " only (--allowed-host NAME adds a name)",
             flush=True,
         )
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level.lower()))
+    # h11 with the head limit of serving/heads.py: an over-long head gets the API's JSON 414/431, not a reset
+    config = uvicorn.Config(
+        app, log_level=args.log_level.lower(), http=BoundedH11Protocol, h11_max_incomplete_event_size=MAX_HEAD_BYTES
+    )
+    server = uvicorn.Server(config)
     server.run(sockets=[listening])

@@ -1,6 +1,7 @@
 """The fault table (issue 40), rows of the API, the server's options, ``index``, ``audit`` and ``evaluate``:
 each probe a row asserting the status, the one line or JSON message, and that nothing is half-written.
-``before`` records what each probe did at d4a4466. The API rows go to a real ``crossmodal serve`` (uvicorn
+``before`` records what each probe did at d4a4466 (issue 40's rows) or at 7285da5 (issue 46's: over-long
+heads, methods, ``k`` and the request bodies the API description now holds). The API rows go to a real ``crossmodal serve`` (uvicorn
 on a socket: a chunked body is only chunked on a real connection); the shared parts are tests/fault_table.py.
 """
 
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 MAX_UPLOAD_MB = 0.05
 ALLOWED = "archive.lan"
+QUERY = "protest over the unemployment rate in texas"
 
 
 def free_port() -> int:
@@ -44,7 +46,7 @@ def served(smoke_test_table, tmp_path_factory):
     _, search_index, _ = smoke_test_table
     port = free_port()
     command = [sys.executable, "-m", "serving.cli", "serve", str(search_index.output_path("index")), "--port",
-               str(port), "--max-upload-mb", str(MAX_UPLOAD_MB), "--allowed-host", ALLOWED]
+               str(port), "--max-upload-mb", str(MAX_UPLOAD_MB), "--allowed-host", ALLOWED, "--api-docs"]
     log = tmp_path_factory.mktemp("server") / "log.txt"  # a file, not a pipe: a full pipe would stop the server
     with open(log, "w") as output:
         process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=output,
@@ -118,18 +120,26 @@ def test_a_vector_of_huge_or_tiny_numbers_ranks_as_its_direction(scale, served):
     ]
 
 
-def read_answer(connection: socket.socket) -> tuple[int, dict]:
-    """The status and JSON body of one HTTP/1.1 answer read from ``connection``."""
+def read_http(connection: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """The status, headers (lower-case names) and body of one HTTP/1.1 answer read from ``connection``."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = connection.recv(65536)
         assert chunk, f"the server closed the connection without an answer: {data!r}"
         data += chunk
     head, body = data.split(b"\r\n\r\n", 1)
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {name.strip().lower(): value.strip() for name, value in (line.split(":", 1) for line in lines[1:])}
+    length = int(headers.get("content-length", 0))
     while len(body) < length:
         body += connection.recv(65536)
-    return int(head.split()[1]), json.loads(body[:length])
+    return int(lines[0].split()[1]), headers, body[:length]
+
+
+def read_answer(connection: socket.socket) -> tuple[int, dict]:
+    """The status and JSON body of one HTTP/1.1 answer read from ``connection``."""
+    status, _, body = read_http(connection)
+    return status, json.loads(body)
 
 
 def stream_without_end(port: int, path: str, content_type: str, first: bytes, up_to: int) -> tuple[int, dict, int]:
@@ -168,6 +178,136 @@ def test_a_streamed_body_is_cut_at_the_limit(fault, served):
     status, body, sent = stream_without_end(port, *fault.args)
     assert_json_refusal(status, body, fault)
     assert sent < fault.args[3], "answered before the client finished sending"
+
+
+def get_head(target: bytes, headers: bytes = b"") -> bytes:
+    return b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"\r\n"
+
+
+#: a refusal's phrase whichever part refused the head: the app (the head arrived whole: "is N bytes; the limit
+#: is") or uvicorn's parser (it grew past 16 KiB before it was complete: "goes past the limit of")
+HEAD_ROWS = [
+    Fault("a 100 KB query string", "api", get_head(b"/api/search/text?q=" + b"a" * 100_000), 414,
+          "8192 bytes; send a long text as JSON", "uri_too_long", "connection reset, no HTTP status"),
+    Fault("a 1 MB query string", "api", get_head(b"/api/search/text?q=" + b"a" * 1_000_000), 414,
+          "8192 bytes; send a long text as JSON", "uri_too_long", "connection reset, no HTTP status"),
+    Fault("a 10 KB query string", "api", get_head(b"/api/search/text?q=" + b"a" * 10_000), 414,
+          "the URL is 10019 bytes; the limit is 8192 bytes", "uri_too_long",
+          "answered as a query (400 no_known_word); 17 KB and more: answered or reset, as the bytes arrived"),
+    Fault("a 100 KB header", "api", get_head(b"/api/health", b"X-Big: " + b"a" * 100_000 + b"\r\n"), 431,
+          "16384 bytes", "headers_too_large", "connection reset, no HTTP status"),
+    Fault("bytes that are not HTTP", "api", b"HELLO THERE\r\n\r\n", 400, "not valid HTTP/1.1", "bad_http",
+          "400 text/plain 'Invalid HTTP request received.'"),
+]
+
+
+@pytest.mark.parametrize("fault", HEAD_ROWS, ids=Fault.id)
+def test_an_over_long_or_broken_head_gets_one_json_message(fault, served):
+    """The head is sent 8 KiB at a time, as a network delivers it (in one piece, a 100 KB head was parsed
+    whole and answered; in pieces uvicorn's parser gave up at 16 KiB and closed the socket mid-request)."""
+    _, port, _ = served
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        for start in range(0, len(fault.args), 8192):
+            connection.sendall(fault.args[start : start + 8192])
+            time.sleep(0.001)
+        status, headers, body = read_http(connection)
+    assert headers["content-type"] == "application/json"
+    assert_json_refusal(status, json.loads(body), fault)
+
+
+METHOD_ROWS = [
+    Fault("OPTIONS on a POST route", "api", ("OPTIONS", "/api/search/text"), 204, "GET, OPTIONS, POST",
+          before="405, Allow: GET"),
+    Fault("OPTIONS on a POST-only route", "api", ("OPTIONS", "/api/search/vector"), 204, "OPTIONS, POST",
+          before='405 {"detail": "Method Not Allowed"}, Allow: POST'),
+    Fault("PUT on a route", "api", ("PUT", "/api/search/text"), 405, "GET, OPTIONS, POST", "method_not_allowed",
+          '405 {"detail": "Method Not Allowed"}, Allow: GET'),
+    Fault("HEAD on a GET route", "api", ("HEAD", "/api/health"), 405, "GET, OPTIONS", "method_not_allowed",
+          "405, Allow: GET"),
+    Fault("an unknown path", "api", ("GET", "/api/nothing"), 404, "nothing is served at '/api/nothing'",
+          "not_found", '404 {"detail": "Not Found"}'),
+]
+
+
+@pytest.mark.parametrize("fault", METHOD_ROWS, ids=Fault.id)
+def test_options_and_refused_methods_name_the_methods_a_path_answers(fault, served):
+    """``said`` is the Allow header (OPTIONS: 204, no body; 405: the JSON message names the methods too)."""
+    base, _, _ = served
+    method, path = fault.args
+    answer = httpx.request(method, f"{base}{path}")
+    if fault.status == 204:
+        assert (answer.status_code, answer.headers["allow"], answer.content) == (204, fault.said, b"")
+    elif method == "HEAD":  # no body, by HTTP's rule
+        assert (answer.status_code, answer.headers["allow"]) == (405, fault.said)
+    else:
+        assert_json_refusal(answer.status_code, answer.json(), fault)
+        assert fault.status == 404 or answer.headers["allow"] == fault.said
+
+
+K_ROWS = [
+    Fault("a non-integer k in a JSON body", "api", ("POST", "/api/search/vector", lambda w: {
+          "json": {"vector": [0.1] * w, "k": "ten"}}), 400, "k must be an integer from 1 to 1000, got 'ten'", "bad_k",
+          "422 invalid_request"),
+    Fault("a fractional k in a JSON body", "api", ("POST", "/api/search/text", lambda w: {
+          "json": {"q": QUERY, "k": 2.5}}), 400, "got 2.5", "bad_k", "422 invalid_request"),
+    Fault("a non-integer k in the query string", "api", ("GET", "/api/search/text", lambda w: {
+          "params": {"q": QUERY, "k": "ten"}}), 400, "k must be an integer from 1 to 1000, got 'ten'", "bad_k",
+          "422 invalid_request ('query.k: Input should be a valid integer, ...')"),
+    Fault("k 0 in the query string", "api", ("GET", "/api/search/item", lambda w: {
+          "params": {"id": "x", "k": "0"}}), 400, "got '0'", "bad_k", "422 invalid_request"),
+    Fault("against x in the query string", "api", ("GET", "/api/search/text", lambda w: {
+          "params": {"q": QUERY, "against": "x"}}), 400, "against must be one of ['image', 'text']", "bad_against",
+          "422 invalid_request"),
+    Fault("against x in a JSON body", "api", ("POST", "/api/search/text", lambda w: {
+          "json": {"q": QUERY, "against": "x"}}), 400, "against must be one of ['image', 'text']", "bad_against",
+          "400 bad_against (not in docs/serving.md)"),
+    Fault("no q in the query string", "api", ("GET", "/api/search/text", lambda w: {}), 400,
+          "send the query text as ?q=TEXT", "no_text", "422 invalid_request"),
+    Fault("no item id", "api", ("GET", "/api/items", lambda w: {}), 400, "send the item id as ?id=ITEM", "no_id",
+          "422 invalid_request"),
+]
+
+
+@pytest.mark.parametrize("fault", K_ROWS, ids=Fault.id)
+def test_a_bad_parameter_gets_its_reason_wherever_it_is_given(fault, served):
+    base, _, width = served
+    method, path, request = fault.args
+    answer = httpx.request(method, f"{base}{path}", **request(width))
+    assert_json_refusal(answer.status_code, answer.json(), fault)
+
+
+BODY_ROWS = [
+    Fault("a text query as the description's body", "api", ("/api/search/text", "application/json"), 200, "",
+          before='no body in the description: a client built from it sent none (400 invalid_json)'),
+    Fault("a vector query as the description's body", "api", ("/api/search/vector", "application/json"), 200, "",
+          before='no body in the description: a client built from it sent none (400 invalid_json)'),
+    Fault("an upload as the description's form", "api", ("/api/search/image", "multipart/form-data"), 200, "",
+          before="no body in the description: a client built from it sent none (400 no_file)"),
+]
+
+
+@pytest.mark.parametrize("fault", BODY_ROWS, ids=Fault.id)
+def test_a_body_built_from_the_description_is_answered_as_it_says(fault, served, smoke_test_table):
+    """A request built from /openapi.json alone, as a generated client would: the body's required fields
+    (a query text, a vector as long as the description says, an image file) and ``k`` 3.0, a JSON number the
+    description's integer allows (before: 422 invalid_request); the answer has the description's fields."""
+    base, _, _ = served
+    folder, _, _ = smoke_test_table
+    path, media = fault.args
+    operation = httpx.get(f"{base}/openapi.json").json()["paths"][path]["post"]
+    described = (operation.get("requestBody") or {}).get("content", {}).get(media, {}).get("schema")
+    assert described is not None, f"the description gives no {media} body for POST {path}"
+    if media == "multipart/form-data":
+        image = next(folder.glob("*.png")).read_bytes()
+        answer = httpx.post(f"{base}{path}", params={"k": 3}, files={described["required"][0]: ("a.png", image)})
+    else:
+        (field,) = described["required"]
+        value = QUERY if field == "q" else [0.1] * described["properties"][field]["oneOf"][0]["minItems"]
+        answer = httpx.post(f"{base}{path}", json={field: value, "k": 3.0})
+    assert answer.status_code == fault.status, answer.text
+    hit = operation["responses"]["200"]["content"]["application/json"]["schema"]["properties"]["results"]["items"]
+    results = answer.json()["results"]
+    assert len(results) == 3 and all(set(result) == set(hit["required"]) for result in results)
 
 
 HOST_ROWS = [

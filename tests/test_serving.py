@@ -458,7 +458,7 @@ def test_bad_input_gets_a_4xx_with_a_json_message_and_the_server_keeps_answering
         (httpx.get(text, params={"q": "   \t "}), 400, "empty_text"),
         (httpx.get(text, params={"q": "!!! ???"}), 400, "no_words"),
         (httpx.get(text, params={"q": "qqqq zzzz"}), 400, "no_known_word"),
-        (httpx.get(text, params={"q": QUERY, "k": 0}), 422, "invalid_request"),
+        (httpx.get(text, params={"q": QUERY, "k": 0}), 400, "bad_k"),
         (httpx.post(upload, files={"file": ("a.png", b"<html>no</html>", "image/png")}), 422, "not_an_image"),
         (
             httpx.post(upload, files={"file": ("t.png", _truncated_png(folder), "image/png")}),
@@ -593,7 +593,7 @@ def test_vector_and_long_text_queries_are_validated_and_bounded(server):
         ),
         (httpx.post(vector, json=[0.1] * width), 400, "invalid_json"),
         (httpx.post(vector, json={"k": 3}), 400, "no_vector"),
-        (httpx.post(vector, json={"vector": [0.1] * width, "k": "ten"}), 422, "invalid_request"),
+        (httpx.post(vector, json={"vector": [0.1] * width, "k": "ten"}), 400, "bad_k"),
         (httpx.post(text, json={"k": 3}), 400, "no_text"),
         (httpx.post(text, json={"q": article + article + article}), 413, "too_large"),
     ]
