@@ -9,7 +9,7 @@ the cached map's size and time (``TrunkFeatures``), and the validation split's e
 run's best checkpoint, its mean over variants and seeds and the seeds' spread. Nothing reads the test split.
 
 The rule, fixed before the study ran: take the k with the highest mean validation score among those whose
-seconds per epoch keep the finetune profile within its 90-minute budget (at most ``--max-cost`` times the
+seconds per epoch keep the finetune profile within its 90-minute budget (at most ``--max-cost``, 4, times the
 frozen trunk's); when a cheaper k is within the seeds' spread (one standard error of the difference of the
 means) of it, take the cheaper one.
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import luigi
 import numpy as np
+from result_files import write_results
 
-from benchmarks.result_files import write_results
 from pipeline.tasks.representations import TrunkFeatures, trunk_features_task
 from pipeline.tasks.training import Train
 
@@ -114,7 +114,10 @@ def main() -> None:
     parser.add_argument("--variants", default="ang_np_sym,ours")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--max-cost", type=float, default=3.0, help="the most seconds per epoch, as a multiple of frozen's")
+    # the frozen demo's tuned protocol for these four variants takes about 15 of its 23 minutes (idle, two
+    # cores): four times its seconds per epoch is about an hour, which leaves the caches, the evaluations and the
+    # report inside the profile's 90 minutes
+    parser.add_argument("--max-cost", type=float, default=4.0, help="the most seconds per epoch, as a multiple of frozen's")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="the smoke profile, k in 0,1, one variant, 1 epoch")
     parser.add_argument("--json", default=None)

@@ -320,6 +320,14 @@ def weights_source(spec: BackboneSpec) -> dict[str, str] | None:
     return {"file": Path(path).name, "sha256": file_sha256(Path(path))}
 
 
+def seeded_trunk(name: str, pretrained: bool, seed: int | None) -> Trunk:
+    """:func:`build_trunk` after seeding torch with ``seed``: the trunk a cache of its features was computed
+    with (the seed decides a random init when no ImageNet weights are found), rebuilt the same anywhere."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    return build_trunk(name, pretrained)
+
+
 def build_trunk(name: str, pretrained: bool) -> Trunk:
     """Build the named trunk, with ImageNet weights when asked and obtainable (see the module docstring)."""
     spec = backbone_spec(name)

@@ -30,6 +30,12 @@ def model_class(name: str) -> type[nn.Module]:
     return MODELS.get(name)
 
 
+def needs_spatial_features(name: str) -> bool:
+    """Whether model ``name`` attends over the trunk's feature map (PVSE) rather than its pooled vector: the one
+    place that says which features a model's cache and record hold."""
+    return bool(getattr(model_class(name), "needs_spatial_features", False))
+
+
 def build_model(
     name: str, config: EncoderConfig, word_vectors: np.ndarray | None = None, **options
 ) -> nn.Module:

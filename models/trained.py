@@ -31,18 +31,27 @@ import numpy as np
 import torch
 from torch import nn
 
+from common.bounded_json import BoundedJsonError, read_bounded_json
 from common.hashing import file_sha256
 from models.backbones import build_trunk
 from models.encoders import EncoderConfig
-from models.registry import build_model, model_class
+from models.record_check import (
+    CHECKSUM_FIELD,
+    MAX_RECORD_BYTES,
+    MAX_RECORD_DEPTH,
+    ModelRecordError,
+    changed_fields,
+    check_record_payload,
+    record_checksum,
+)
+from models.registry import build_model, needs_spatial_features
 from models.settings import BATCHNORM_MODES, TrainSettings, trunk_mode
 
 RECORD_FILE = "model.json"
-RECORD_FORMAT = 1
-
-
-class ModelRecordError(ValueError):
-    """A construction record that is missing, of another format, or does not fit its checkpoint."""
+#: 2: the record seals itself (``checksum``) and its best checkpoint (``weights``), its vocabulary beside it in
+#: the Train folder; 1 (before 1.1): read for one more minor release, without the seal
+RECORD_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -72,24 +81,31 @@ class ModelRecord:
     #: to end) of how many, where their first weights came from (ImageNet's file and SHA-256, or a random init),
     #: the BatchNorm mode and learning-rate scale of ``TrainSettings`` and whether pixels were flipped
     trunk_training: dict[str, Any] | None = None
+    #: the best checkpoint the record was sealed with: ``{"file", "sha256"}`` (format 2)
+    weights: dict[str, str] | None = None
+    #: the SHA-256 of every other field (format 2): an edited record is refused
+    checksum: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["encoder"] = asdict(self.encoder)
         out["mean"], out["std"] = list(self.mean), list(self.std)
-        if self.trunk_training is None:
-            del out["trunk_training"]  # a frozen trunk's record reads as it did before trunks could train
+        for optional in ("trunk_training", "weights", CHECKSUM_FIELD):
+            if out[optional] is None:
+                del out[optional]  # a record without them reads as it did before they existed
         return out
 
     @classmethod
-    def from_json(cls, payload: dict[str, Any]) -> ModelRecord:
-        if payload.get("format") != RECORD_FORMAT:
-            raise ModelRecordError(
-                f"model record format {payload.get('format')!r}; this version reads format {RECORD_FORMAT}: train the "
-                "model again with this version"
-            )
+    def from_json(cls, payload: Any) -> ModelRecord:
+        """The record of ``payload``, checked first (:func:`models.record_check.check_record_payload`)."""
+        check_record_payload(payload, READABLE_FORMATS)
         encoder = EncoderConfig(**payload["encoder"])
         return cls(**{**payload, "encoder": encoder, "mean": tuple(payload["mean"]), "std": tuple(payload["std"])})
+
+    def sealed(self, checkpoint: Path) -> ModelRecord:
+        """This record at format 2, with the SHA-256 of ``checkpoint`` (the weights it describes) and of itself."""
+        unsealed = replace(self, format=RECORD_FORMAT, checksum=None, weights={"file": Path(checkpoint).name, "sha256": file_sha256(checkpoint)})
+        return replace(unsealed, checksum=record_checksum(unsealed.to_json()))
 
 
 def record_for(
@@ -110,7 +126,7 @@ def record_for(
 ) -> ModelRecord:
     """The record of a model about to be trained with these settings (its normalisation read off its trunk)."""
     mean, std = trunk_normalisation(encoder.backbone)
-    spatial = bool(getattr(model_class(model), "needs_spatial_features", False))
+    spatial = needs_spatial_features(model)
     cached = {"pretrained": encoder.pretrained, "seed": frozen_trunk_seed, "weights_loaded": frozen_trunk_weights_loaded}
     if frozen_trunk_weights is not None:
         cached["weights"] = dict(frozen_trunk_weights)
@@ -166,14 +182,31 @@ def write_record(record: ModelRecord, path: Path) -> None:
     Path(path).write_text(json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
 
 
-def read_record(path: Path) -> ModelRecord:
+def read_record(path: Path, made: dict[str, Any] | None = None) -> ModelRecord:
+    """The record in file ``path``, read within bounds and checked; ``made``: the record as it was written (the
+    copy its Train's metadata keeps), so an edit is refused naming the fields that changed. Every problem is
+    one :class:`ModelRecordError` line naming the file."""
     path = Path(path)
     if not path.is_file():
         raise ModelRecordError(f"{path} is missing: the folder holds no trained model of this version (train it again)")
     try:
-        return ModelRecord.from_json(json.loads(path.read_text()))
-    except (json.JSONDecodeError, TypeError, KeyError) as error:
-        raise ModelRecordError(f"{path} is not a model record ({type(error).__name__}: {error})") from None
+        payload = read_bounded_json(path, MAX_RECORD_BYTES, MAX_RECORD_DEPTH)
+    except (BoundedJsonError, OSError) as error:
+        raise ModelRecordError(f"{path} is not a model record: {error}") from None
+    return record_from(payload, made, str(path))
+
+
+def record_from(payload: Any, made: dict[str, Any] | None, where: str) -> ModelRecord:
+    """The record of ``payload`` (from a file or a bundle's manifest named by ``where``), refused when it differs
+    from ``made`` (naming the fields) or fails its check."""
+    if made is not None and payload != made:
+        edited = changed_fields(payload, made)
+        shown = ", ".join(edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
+        raise ModelRecordError(f"{where}: {shown} changed since the model was trained; restore the record or train again")
+    try:
+        return ModelRecord.from_json(payload)
+    except ModelRecordError as error:
+        raise ModelRecordError(f"{where}: {error}") from None
 
 
 def build_from_record(record: ModelRecord, *, initial_word_vectors: np.ndarray | None = None, for_training: bool = False) -> nn.Module:
@@ -191,13 +224,38 @@ def build_from_record(record: ModelRecord, *, initial_word_vectors: np.ndarray |
     return model
 
 
+def read_model_checkpoint(checkpoint: Path) -> dict[str, Any]:
+    """A model checkpoint's ``{"epoch", "model"}`` (tensors only: ``weights_only``), the one reader of one."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise ModelRecordError(f"{checkpoint} is not a model checkpoint (no 'model' state)")
+    return state
+
+
+def load_weights(model: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
+    """``state`` into ``model``, every tensor's name and shape checked first: a record that builds another network
+    than the one trained is one line naming the first tensor that differs."""
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise ModelRecordError(
+            f"{where}: the record builds another network than the weights hold "
+            f"({'missing ' + missing[0] if missing else 'unexpected ' + unexpected[0]}, {len(missing) + len(unexpected)} in all)"
+        )
+    for name, tensor in own.items():
+        if tuple(state[name].shape) != tuple(tensor.shape):
+            raise ModelRecordError(
+                f"{where}: the record builds {name} as {list(tensor.shape)}, the weights hold {list(state[name].shape)}"
+            )
+    model.load_state_dict(state)
+
+
 def load_trained(record: ModelRecord, checkpoint: Path, device: torch.device | str = "cpu") -> tuple[nn.Module, int]:
     """The model of ``record`` with the weights of ``checkpoint`` (``{"epoch", "model"}``), in eval mode on
-    ``device``, and the checkpoint's epoch."""
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    ``device``, and the checkpoint's epoch. A sealed record's checkpoint must be the one it was sealed with."""
+    if record.weights is not None and file_sha256(checkpoint) != record.weights["sha256"]:
+        raise ModelRecordError(f"{checkpoint} is not the checkpoint its model record was sealed with (its SHA-256 differs)")
+    state = read_model_checkpoint(checkpoint)
     model = build_from_record(record)
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as error:
-        raise ModelRecordError(f"{checkpoint} does not fit its model record: {str(error).splitlines()[0]}") from None
+    load_weights(model, state["model"], str(checkpoint))
     return model.to(device).eval(), int(state.get("epoch", -1))

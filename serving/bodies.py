@@ -12,10 +12,11 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import numpy as np
 from fastapi import Request
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
+
+from common.bounded_json import json_depth
 
 #: deepest nesting of arrays and objects a JSON query may have: a [K, D] vector query is 3 deep
 MAX_JSON_DEPTH = 16
@@ -83,29 +84,6 @@ async def bounded_form(request: Request, limit: int, option: str) -> FormData:
         return await bounded.form(max_files=1, max_fields=4)
     except HTTPException as error:  # Starlette's answer to a malformed multipart body
         raise ApiError(400, "bad_form", f"the upload is not a readable multipart form: {error.detail}") from None
-
-
-def json_depth(body: bytes) -> int:
-    """How deeply the arrays and objects of the JSON text ``body`` nest, counted without parsing (no
-    recursion): brackets inside strings are left out. Only meaningful for text that then parses as JSON."""
-    raw = np.frombuffer(body, dtype=np.uint8)
-    quotes = raw == ord('"')
-    if quotes.any():
-        # a quote is escaped when an odd run of backslashes precedes it
-        backslash = (raw == ord("\\")).astype(np.int64)
-        run = np.zeros(len(raw) + 1, dtype=np.int64)
-        # run[i + 1]: backslashes ending at i (cumulative sum reset at every non-backslash)
-        total = np.cumsum(backslash)
-        last_reset = np.maximum.accumulate(np.where(backslash == 0, total, 0))
-        run[1:] = total - last_reset
-        escaped = run[:-1] % 2 == 1
-        quotes &= ~escaped
-    inside = np.cumsum(quotes) % 2 == 1  # a quote itself counts as inside; brackets there are text
-    steps = np.zeros(len(raw), dtype=np.int64)
-    steps[np.isin(raw, (ord("["), ord("{")))] = 1
-    steps[np.isin(raw, (ord("]"), ord("}")))] = -1
-    steps[inside] = 0
-    return int(np.cumsum(steps).max(initial=0))
 
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:

@@ -1,18 +1,21 @@
 """A model bundle: one folder holding everything needed to embed new images and texts with a trained model.
 
-Layout (``BUNDLE_FORMAT_VERSION`` 3)::
+Layout (``BUNDLE_FORMAT_VERSION`` 4)::
 
     bundle.json   what the model is: its construction record (``model``: models.trained, the record Train
                   wrote, which builds the network), variant, training settings, test metrics, image
                   preprocessing (cache size, trunk input size, normalisation, backbone, trunk mode, pooled or
                   spatial features), text encoding (tokenizer, max tokens, vocabulary size, the Doc2Vec model's
                   files and inference epochs), embedding width, file checksums
-    weights.pt    {"model": state dict, "trunk": state dict of the frozen trunk or None}
+    weights.pt    {"model": state dict, "trunk": state dict of the frozen trunk or None, "manifest": the manifest
+                  as exported (JSON, without its file checksums), so an edited bundle.json is refused naming
+                  the fields that changed}
     vocab.json    token -> row of the word embedding (rows 0 and 1: padding and unknown)
     doc2vec.model the run's Doc2Vec (gensim; large arrays beside it as doc2vec.model.*.npy): infers vectors
                   for the texts of a table ``crossmodal evaluate`` scores, for neighbor preservation
 
-Bundles of other format versions (the unreleased 1 and 2) are refused in one line: export again.
+Version 3 (1.0, without the manifest's copy) is still read for one minor release; other versions (the
+unreleased 1 and 2) are refused in one line: export again.
 
 Why the frozen trunk's weights are copied in: with ``trunk: frozen`` the trained model holds no image trunk
 (it trained on cached features), so a bundle without it could not embed a new photo; copying the weights
@@ -36,13 +39,17 @@ from torch import nn
 from common.files import atomic_directory, native_write, partial_path
 from common.hashing import file_sha256
 from common.tokenizer import TOKENIZERS
-from models.backbones import Trunk, build_trunk
-from models.trained import ModelRecord, build_from_record
+from models.backbones import Trunk, build_trunk, seeded_trunk
+from models.record_check import ModelRecordError, changed_fields
+from models.trained import ModelRecord, build_from_record, load_trained, load_weights, record_from
 
 BUNDLE_FORMAT = "crossmodal-bundle"
-BUNDLE_FORMAT_VERSION = 3
+BUNDLE_FORMAT_VERSION = 4
 #: the versions this code reads
-READABLE_VERSIONS = (3,)
+READABLE_VERSIONS = (3, 4)
+#: what of the manifest its copy in weights.pt leaves out: the files' checksums and the id computed from them,
+#: and the export's time (two exports of one model are one bundle, with one id)
+UNCOPIED = ("files", "bundle_id", "created_at")
 MANIFEST_FILE = "bundle.json"
 DOC2VEC_FILE = "doc2vec.model"
 WEIGHTS_FILE = "weights.pt"
@@ -154,9 +161,12 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is {'not empty' if out.is_dir() else 'a file'}; export into a new folder")
-    checkpoint = torch.load(parts.checkpoint, map_location="cpu", weights_only=True)
-    state = checkpoint["model"]
     record = parts.record
+    try:
+        model, epoch = load_trained(record, parts.checkpoint)  # the one loader: record checked, weights fitted
+    except ModelRecordError as error:
+        raise BundleError(str(error)) from None
+    state = model.state_dict()
     vocab_size, word_dim = _word_embedding_shape(state)
     if vocab_size != len(parts.vocab) + 2 or vocab_size != record.encoder.vocab_size:
         raise BundleError(
@@ -165,25 +175,7 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
         )
     trunk_state, feature_dim, pretrained_loaded = None, record.encoder.feature_dim, None
     if record.frozen_trunk is not None:
-        # as TrunkFeatures built it: the seed decides a random init when no ImageNet weights are found
-        torch.manual_seed(record.frozen_trunk["seed"])
-        trunk = build_trunk(record.encoder.backbone, record.frozen_trunk["pretrained"])
-        if trunk.pretrained_loaded != record.frozen_trunk["weights_loaded"]:
-            had = "ImageNet weights" if record.frozen_trunk["weights_loaded"] else "a random init (no ImageNet weights)"
-            raise BundleError(
-                f"the model trained on features of a {record.encoder.backbone} trunk with {had}, which this machine "
-                "rebuilds otherwise; export where that trunk's ImageNet weights are "
-                + ("installed" if record.frozen_trunk["weights_loaded"] else "absent, or retrain")
-            )
-        used = (record.frozen_trunk.get("weights") or {}).get("sha256")
-        found = (trunk.weights_source or {}).get("sha256")
-        if used is not None and found != used:
-            raise BundleError(
-                f"the model trained on features of {record.frozen_trunk['weights'].get('file')} (SHA-256 {used[:12]}…), "
-                f"but this machine's {record.encoder.backbone} weights are "
-                + (f"another file (SHA-256 {found[:12]}…)" if found else "not a file it can read")
-                + ": export where the same weights are installed"
-            )
+        trunk = cached_trunk(record)
         trunk_state, feature_dim, pretrained_loaded = trunk.state_dict(), trunk.feature_dim, trunk.pretrained_loaded
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
@@ -194,7 +186,7 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
         "variant": {"name": parts.variant, "label": parts.label, "spec": parts.spec},
         "train": dict(parts.train),
         "metrics": parts.metrics,
-        "checkpoint_epoch": int(checkpoint.get("epoch", -1)),
+        "checkpoint_epoch": epoch,
         "source": parts.source,
         "embedding": {"width": record.encoder.embed_dim, "per_item": 1},
         "image": {
@@ -219,9 +211,7 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
             ),
         },
     }
-    model = build_from_record(record)
-    model.load_state_dict(state)
-    manifest["embedding"]["per_item"] = _embedding_per_item(model.eval())
+    manifest["embedding"]["per_item"] = _embedding_per_item(model)
 
     try:
         _write_bundle(out, manifest, parts, state, trunk_state)
@@ -236,8 +226,10 @@ def _write_bundle(
     out: Path, manifest: dict[str, Any], parts: BundleParts, state: dict[str, Any], trunk_state: dict[str, Any] | None
 ) -> None:
     with atomic_directory(out) as partial:
+        # the manifest as exported travels with the weights: an edit of bundle.json is found and named
+        exported = json.dumps({k: v for k, v in manifest.items() if k not in UNCOPIED}, sort_keys=True)
         with native_write(partial / WEIGHTS_FILE):
-            torch.save({"model": state, "trunk": trunk_state}, partial / WEIGHTS_FILE)
+            torch.save({"model": state, "trunk": trunk_state, "manifest": exported}, partial / WEIGHTS_FILE)
         (partial / VOCAB_FILE).write_text(json.dumps(parts.vocab, sort_keys=True))
         names = [WEIGHTS_FILE, VOCAB_FILE]
         if parts.doc2vec is not None:  # gensim writes its large arrays beside the model as <file>.*.npy
@@ -250,6 +242,31 @@ def _write_bundle(
             json.dumps(manifest["files"], sort_keys=True).encode()
         ).hexdigest()[:16]
         (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def cached_trunk(record: ModelRecord) -> Trunk:
+    """The trunk whose features a cached-trunk model trained on, rebuilt as ``TrunkFeatures`` built it (the
+    record's seed and ImageNet weights), refused when this machine would build another: other weights, or
+    none where there were some."""
+    frozen = record.frozen_trunk
+    trunk = seeded_trunk(record.encoder.backbone, frozen["pretrained"], frozen["seed"])
+    if trunk.pretrained_loaded != frozen["weights_loaded"]:
+        had = "ImageNet weights" if frozen["weights_loaded"] else "a random init (no ImageNet weights)"
+        raise BundleError(
+            f"the model trained on features of a {record.encoder.backbone} trunk with {had}, which this machine "
+            "rebuilds otherwise; export where that trunk's ImageNet weights are "
+            + ("installed" if frozen["weights_loaded"] else "absent, or retrain")
+        )
+    used = (frozen.get("weights") or {}).get("sha256")
+    found = (trunk.weights_source or {}).get("sha256")
+    if used is not None and found != used:
+        raise BundleError(
+            f"the model trained on features of {frozen['weights'].get('file')} (SHA-256 {used[:12]}…), but this "
+            f"machine's {record.encoder.backbone} weights are "
+            + (f"another file (SHA-256 {found[:12]}…)" if found else "not a file it can read")
+            + ": export where the same weights are installed"
+        )
+    return trunk
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -298,12 +315,26 @@ def load_bundle(path: Path) -> Bundle:
         )
     weights = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
     vocab = json.loads((path / VOCAB_FILE).read_text())
-    record = ModelRecord.from_json(manifest["model"])
-    model = build_from_record(record)
-    model.load_state_dict(weights["model"])
+    where = str(path / MANIFEST_FILE)
+    if "manifest" in weights:  # format 4: the manifest as exported
+        exported = json.loads(weights["manifest"])
+        edited = changed_fields({k: v for k, v in manifest.items() if k not in UNCOPIED}, exported)
+        if edited:
+            shown = ", ".join(edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
+            raise BundleError(f"{where}: {shown} changed since the bundle was exported; export it again")
+    try:
+        record = record_from(manifest.get("model"), None, f"{where} (model)")
+        model = build_from_record(record)
+        load_weights(model, weights["model"], str(path / WEIGHTS_FILE))
+    except ModelRecordError as error:
+        raise BundleError(str(error)) from None
     trunk = None
     if record.frozen_trunk is not None:
-        trunk = build_trunk(manifest["image"]["backbone"], False)
-        trunk.load_state_dict(weights["trunk"])
+        # the record's backbone (the manifest's image section repeats it for readers of the file)
+        trunk = build_trunk(record.encoder.backbone, False)
+        try:
+            load_weights(trunk, weights["trunk"] or {}, f"{path / WEIGHTS_FILE} (trunk)")
+        except ModelRecordError as error:
+            raise BundleError(str(error)) from None
         trunk.eval()
     return Bundle(path=path, manifest=manifest, model=model.eval(), trunk=trunk, vocab=vocab)

@@ -193,10 +193,11 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
     train_dir = Path(train_dir)
     run_root = train_dir.parent.parent
     meta = _meta(train_dir)
+    made = meta.get("summary", {}).get("model_record") if isinstance(meta.get("summary"), dict) else None
     try:
-        record = read_record(_output(train_dir, "model"))
+        record = read_record(_output(train_dir, "model"), made)
     except ModelRecordError as error:
-        raise BundleError(f"{train_dir}: {error}") from None
+        raise BundleError(str(error)) from None
     vocab_file = (train_dir / record.vocabulary["file"]).resolve()
     if not vocab_file.is_file() or file_sha256(vocab_file) != record.vocabulary["sha256"]:
         raise BundleError(

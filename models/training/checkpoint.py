@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from common.files import atomic_path
 from models.batching import BatchSampler
 from models.distributed import Distributed, broadcast_from_main
+from models.trained import read_model_checkpoint
 from models.training.history import TrainResult
 
 LAST_CHECKPOINT = "checkpoint_last.pt"
@@ -202,7 +203,7 @@ class Checkpoints:
     def _best_epoch_on_disk(self) -> int | None:
         """The epoch ``model_best.pt`` holds; -1 without one, None when it cannot be read."""
         try:
-            return torch.load(self.work_dir / BEST_CHECKPOINT, map_location="cpu", weights_only=True)["epoch"]
+            return read_model_checkpoint(self.work_dir / BEST_CHECKPOINT)["epoch"]
         except FileNotFoundError:
             return -1
         except Exception:  # noqa: BLE001 - unreadable: certainly not a usable best

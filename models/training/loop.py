@@ -18,6 +18,7 @@ from models.loader import DeviceBatch, HostBatch
 from models.losses import Loss
 from models.losses.checks import value_checks
 from models.settings import TrainSettings
+from models.trained import read_model_checkpoint
 from models.training.checkpoint import BEST_CHECKPOINT, Checkpoints, TrainingState, non_finite
 from models.training.data import PairData, StepPlan, plan_step
 from models.training.history import TensorBoardLog, TrainResult, write_history
@@ -137,7 +138,7 @@ class Trainer:
     def validate_best(self) -> tuple[ValidationPass, dict[str, float]]:
         """:meth:`validate` of the best checkpoint (``model_best.pt``, loaded into the model): the validation
         embeddings and scores a comparison of runs reads, the same pass that selected it."""
-        state = torch.load(self.work_dir / BEST_CHECKPOINT, map_location="cpu", weights_only=True)
+        state = read_model_checkpoint(self.work_dir / BEST_CHECKPOINT)
         self.model.load_state_dict(state["model"])
         return self.validate()
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from models.backbones import Trunk, build_trunk
+from models.backbones import Trunk, seeded_trunk
 from models.devices import inference_batch_size
 from models.encoders import frozen_trunk_features, resize_batch
 from models.loader import LoaderSettings, prefetched
@@ -36,9 +36,8 @@ def trunk_feature_batches(
     """
     if batch_size is None:
         batch_size = inference_batch_size(device, 128, image_size=image_size)
-    torch.manual_seed(seed)
     # weights channels_last too (frozen_trunk_features feeds channels_last input)
-    trunk = build_trunk(backbone, pretrained).to(device, memory_format=torch.channels_last).eval()
+    trunk = seeded_trunk(backbone, pretrained, seed).to(device, memory_format=torch.channels_last).eval()
     mean = torch.tensor(trunk.mean, device=device).view(1, 3, 1, 1)
     std = torch.tensor(trunk.std, device=device).view(1, 3, 1, 1)
     # on CUDA, threads slice and resize the next batches into pinned memory while the GPU runs this one

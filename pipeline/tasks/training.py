@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from common.tokenizer import TOKENIZER_VERSION
 from data_recipes.manifest import image_ids, integer_group_ids
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
 from models.encoders import EncoderConfig
-from models.registry import model_class
+from models.registry import needs_spatial_features
 from models.settings import TrainSettings, significant_settings
 from models.trained import (
     RECORD_FILE,
@@ -43,7 +42,7 @@ from models.training import (
 )
 from models.training.validation import validation_order
 from pipeline.config.checks import RunConfigurationError
-from pipeline.config.variant_spec import Variant, merge_overrides
+from pipeline.config.variant_spec import merge_overrides
 from pipeline.engine.gpus import task_device
 from pipeline.engine.task import HashedTask
 from pipeline.engine.torchrun import run_with_torchrun
@@ -81,23 +80,18 @@ def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[P
     return data, manifest
 
 
-def model_needs_spatial_features(spec: Variant) -> bool:
-    """Whether the variant's model attends over the trunk's feature map (PVSE) rather than its pooled vector."""
-    return bool(getattr(model_class(spec.model), "needs_spatial_features", False))
-
-
 def trunk_inputs(task: VariantParams, t: TrainSettings) -> dict[str, HashedTask]:
     """The cached trunk features a frozen-trunk variant trains and is evaluated on (nothing when fine-tuned)."""
     if not t.trunk_mode.cached_features:
         return {}
-    spatial = model_needs_spatial_features(task.variant_spec()) and not t.trunk_mode.trains_trunk
+    spatial = needs_spatial_features(task.variant_spec().model) and not t.trunk_mode.trains_trunk
     return {"features": trunk_features_task(task, t, spatial=spatial, trained_stages=t.trunk_mode.trained_stages)}
 
 
 def model_record(task: VariantParams, inputs: Mapping[str, HashedTask], data: PairData) -> ModelRecord:
     """What the variant's model is built from (``model.json`` beside the Train's checkpoints): the model and
     its options, the encoder's sizes, the trunk's input and normalisation, the tokenizer and the vocabulary
-    (referenced relative to the Train's folder, so a run root can move)."""
+    (a copy beside the record in the Train's folder, so the folder stands alone)."""
     spec, t = task.variant_spec(), task.train_settings()
     vocab, word_vectors = inputs["words"].vocabulary()
     vocab_file = inputs["words"].output_path("vocab")
@@ -110,7 +104,7 @@ def model_record(task: VariantParams, inputs: Mapping[str, HashedTask], data: Pa
         max_text_tokens=t.max_text_tokens,
         tokenizer_version=TOKENIZER_VERSION,
         vocabulary_file=vocab_file,
-        vocabulary_name=os.path.relpath(vocab_file.resolve(), task.output_dir().resolve()),
+        vocabulary_name=Train.outputs["vocab"],
         vocabulary_size=len(vocab) + 2,
         frozen_trunk_seed=task.run_plan.data_seed if t.trunk_mode.cached_features else None,
         frozen_trunk_weights_loaded=(
@@ -127,10 +121,11 @@ def feature_width(data: PairData) -> int | None:
 
 
 def load_trained_model(inputs: Mapping[str, HashedTask]) -> tuple[nn.Module, int]:
-    """The trained model of the required ``train`` task, built from its construction record alone and loaded
-    with its best checkpoint on this task's device, and the epoch of that checkpoint."""
+    """The trained model of the required ``train`` task, built from its construction record alone (checked
+    against the copy its metadata keeps) and loaded with its best checkpoint on this task's device, and the
+    epoch of that checkpoint."""
     train = inputs["train"]
-    record = read_record(train.output_path("model"))
+    record = read_record(train.output_path("model"), train.meta()["summary"].get("model_record"))
     return load_trained(record, train.output_path("checkpoint"), task_device())
 
 
@@ -179,8 +174,9 @@ class Train(VariantParams, PipelineTask):
     outputs = {
         "checkpoint": BEST_CHECKPOINT,
         "last_checkpoint": LAST_CHECKPOINT,
-        # how to build the trained model without the profile or today's code (models.trained)
+        # how to build the trained model without the profile or today's code (models.trained), and its words
         "model": RECORD_FILE,
+        "vocab": "vocab.json",
         "history": HISTORY_FILE,
         # per validation pair, how its positive ranks at the best checkpoint (selection by a retrieval metric)
         "validation_ranks": "validation_ranks.npz",
@@ -280,6 +276,13 @@ class Train(VariantParams, PipelineTask):
         trainer, scorer = self.build_trainer(work_dir, distributed)
         t = self.train_settings()
         result = trainer.fit()
+        record = None
+        if distributed.is_main:
+            # the record sealed with the best checkpoint (its SHA-256 and its own), the vocabulary beside it
+            record = self._record.sealed(Path(work_dir) / BEST_CHECKPOINT)
+            with atomic_path(self.work_path(work_dir, "vocab")) as tmp:
+                tmp.write_bytes(self.requires()["words"].output_path("vocab").read_bytes())
+            write_record(record, self.work_path(work_dir, "model"))
         if scorer is not None and (Path(work_dir) / BEST_CHECKPOINT).exists():
             # the best checkpoint's per-pair validation ranks, for a paired comparison of runs (Tune)
             best_pass, _ = trainer.validate_best()
@@ -305,6 +308,8 @@ class Train(VariantParams, PipelineTask):
             "processes": distributed.world_size,
             "trunk": t.trunk,
             "imagenet_weights_loaded": imagenet_weights_loaded(trainer.model, self.requires().get("features")),
+            # what model.json held when written: a reader names the fields of an edited record
+            **({"model_record": record.to_json()} if record is not None else {}),
         }
 
     def build_trainer(
@@ -328,8 +333,7 @@ class Train(VariantParams, PipelineTask):
         record = model_record(self, inputs, data)
         torch.manual_seed(config["seed"])
         model = build_from_record(record, initial_word_vectors=word_vectors, for_training=True)
-        if distributed.is_main:
-            write_record(with_starting_weights(record, model), self.work_path(work_dir, "model"))
+        record = with_starting_weights(record, model)
         losses = spec.build_losses()
         val_positions = np.flatnonzero(split == "val")
         scorer = None
@@ -361,4 +365,5 @@ class Train(VariantParams, PipelineTask):
             # each running training's epoch and validation score (pipeline.run.progress)
             progress=False,
         )
+        self._record = record  # written, sealed with its best checkpoint, when training is done (train_in)
         return trainer, scorer
