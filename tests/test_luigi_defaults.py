@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -133,6 +134,16 @@ def test_child_processes_outside_the_repository_get_no_working_folder(tmp_path, 
     assert child_environment({"A": "1"}) == {"A": "1", "PYTHONSAFEPATH": "1"}
     monkeypatch.chdir(SOURCE_ROOT)
     assert child_environment({"A": "1"}) == {"A": "1"}
+
+
+def test_a_child_process_in_a_folder_with_a_pipeline_py_still_runs_the_package_s(tmp_path, monkeypatch):
+    """What spawn.py and torchrun.py start (``python -m pipeline...``) in a user's folder holding a ``pipeline.py``:
+    without the working folder on its path (``PYTHONSAFEPATH``) the child imports the package, not that file."""
+    (tmp_path / "pipeline.py").write_text("raise RuntimeError('the user s pipeline.py was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    command = [sys.executable, "-m", "pipeline.engine.child", "--help"]
+    result = subprocess.run(command, env=child_environment(os.environ), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "--family" in result.stdout, result.stderr
 
 
 def test_python_m_pipeline_in_a_folder_with_a_common_py_uses_the_package_s(tmp_path):
