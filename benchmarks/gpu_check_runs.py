@@ -4,7 +4,7 @@ ran. Two FullRuns, each in its own run root:
 * ``smoke``: the smoke profile with ``--workers 4`` (Luigi forks a process per task: no forked process may
   initialise CUDA);
 * ``paper``: the paper profile on a few thousand embedded pairs (2 epochs, one variant, one seed, untrained
-  weights: a GPU host may be offline) with the default workers of ``luigi.cfg``.
+  weights: a GPU host may be offline) with the default workers (pipeline/run/luigi_defaults.cfg).
 
 For each: the exit status, the wall time, and the ``"device"`` that every output folder of the families that
 run a network (``NETWORK_FAMILIES``) records in its ``_meta.json``: all must be CUDA on a GPU host (the CPU

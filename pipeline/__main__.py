@@ -1,6 +1,7 @@
 """``python -m pipeline FullRun ...``: the ``luigi --module pipeline FullRun ...`` command, judged by its result;
 ``python -m pipeline plan ...`` (FullRun's arguments, and ``--json``): the resolved plan and what each task would
-do, without running anything.
+do, without running anything. ``crossmodal-pipeline ...`` is the same command as a console script: it works in a
+folder that holds a ``pipeline.py`` of its own, which ``python -m pipeline`` would run instead.
 
 Luigi judges a process by what it saw: in a run shared through ``luigid`` a process whose tasks another
 process ran exits 10 (``[retcode] already_running``: "run by another worker") or 25 (``not_run``), even when
@@ -35,7 +36,8 @@ def show_plan(argv: list[str]) -> int:
 
     as_json = "--json" in argv
     argv = [arg for arg in argv if arg != "--json"]
-    with CmdlineParser.global_instance(["--module", "pipeline", "FullRun", *argv]) as parser:
+    # planning runs nothing, so it asks no scheduler (pipeline.run.scheduler)
+    with CmdlineParser.global_instance(["--local-scheduler", "--module", "pipeline", "FullRun", *argv]) as parser:
         run = parser.get_task_obj()  # resolves and checks the plan: one line, exit 2
         planned = task_plan(run.requires())
         plan = {**run.run_plan.summary(), "plan": run.plan_id}

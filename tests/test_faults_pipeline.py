@@ -421,7 +421,7 @@ def test_two_full_runs_at_once_on_one_run_root_both_finish_with_the_undisturbed_
     (``OSError: Directory not empty``, exit 30), or renamed a folder with files missing into place.
 
     A third start of the very same command line, with the same luigi pid lock, is refused cleanly
-    ("already running", exit 10 from luigi.cfg) before it touches the run root."""
+    ("already running", exit 10: [retcode] of the package's Luigi defaults) before it touches the run root."""
     root = tmp_path / "runs"
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     processes = [start_full_run(root, tmp_path / f"lock-{i}", log) for i, log in enumerate(logs)]

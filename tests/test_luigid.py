@@ -37,8 +37,8 @@ RUN_TIMEOUT_S = 600
 PYTHON_M_PIPELINE = (str(BIN / "python"), "-m", "pipeline")
 LUIGI_COMMAND = (str(BIN / "luigi"), "--module", "pipeline")
 
-# The repository's luigi.cfg selects the local scheduler ([core] local_scheduler = true), which no command-line
-# flag switches off; the file named by LUIGI_CONFIG_PATH is read after it and wins. keep_alive: a process with
+# The package's default is the local scheduler unless one is named (--scheduler-host below would do); the file
+# named by LUIGI_CONFIG_PATH says so explicitly, as a user's would (docs/scaling.md). keep_alive: a process with
 # nothing runnable waits for the tasks other workers run instead of quitting; short waits keep the test quick;
 # a failed task is retried only after luigid's retry_delay (15 min), so a process idle for 2 min gives up.
 SHARED_CONFIG = """\

@@ -30,6 +30,7 @@ from typing import Any
 import luigi
 
 from pipeline.engine.gpus import gpu_slot, host_gpu_count, scheduler_gpu_slots, visible_gpus
+from pipeline.engine.import_path import child_environment
 
 MODES = ("auto", "spawn", "inline")
 
@@ -98,7 +99,7 @@ def produce_in_own_process(task: luigi.Task, work_dir: Path, threads: int) -> di
     """Run ``task.produce(work_dir)`` in a new interpreter (on a GPU slot when the host has GPUs); its summary,
     or its error raised here again. The answer comes back through a pipe, not a file: a child that failed on a
     full disk could not write one."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env = child_environment({**os.environ, "OMP_NUM_THREADS": str(threads)})
     gpus = visible_gpus()
     if not gpus:
         return _run_child(task, work_dir, threads, env)

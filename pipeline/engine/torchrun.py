@@ -18,6 +18,7 @@ from typing import Any
 
 from models.settings import TrainSettings
 from pipeline.engine.gpus import gpu_slots, scheduler_gpu_slots, visible_gpus
+from pipeline.engine.import_path import child_environment
 from pipeline.engine.outputs import read_json
 from pipeline.engine.spawn import die_with_parent
 from pipeline.engine.task import HashedTask
@@ -75,10 +76,10 @@ def run_with_torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings)
     if gpus and settings.nnodes == 1:
         with gpu_slots(gpus, scheduler_gpu_slots(), settings.nproc_per_node) as held:
             return _torchrun(task, work_dir, settings, {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(held)})
-    return _torchrun(task, work_dir, settings, None)
+    return _torchrun(task, work_dir, settings, dict(os.environ))
 
 
-def _torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings, env: dict[str, str] | None) -> dict[str, Any]:
+def _torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings, env: dict[str, str]) -> dict[str, Any]:
     command = torchrun_command(task, work_dir, settings)
     if settings.nnodes > 1:
         logger.warning(
@@ -91,7 +92,7 @@ def _torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings, env: di
         logger.info("Train %s runs: %s", task.task_id, shlex.join(command))
     summary_path = Path(work_dir) / SUMMARY_FILE
     summary_path.unlink(missing_ok=True)
-    completed = subprocess.run(command, preexec_fn=die_with_parent, env=env, check=False)
+    completed = subprocess.run(command, preexec_fn=die_with_parent, env=child_environment(env), check=False)
     if completed.returncode != 0:
         raise RuntimeError(
             f"torchrun exited with status {completed.returncode} ({shlex.join(command)}); the checkpoints in "

@@ -3,12 +3,21 @@ instead of Luigi's 30-line traceback (kept for everything else, where it is what
 
 Luigi's worker logs a failed task with ``logger.exception`` on the ``luigi-interface`` logger; the filter
 below rewrites those records when the exception is one of :data:`INPUT_ERRORS`, whose messages already say
-what is wrong and how to fix it. The exit status is unchanged (``[retcode] task_failed`` in luigi.cfg).
+what is wrong and how to fix it. The exit status is unchanged (``[retcode] task_failed``,
+pipeline/run/luigi_defaults.cfg).
+
+A central scheduler that stops answering is one line too: Luigi logs the ``RPCError`` twice with its traceback
+("unexpected framework error while scheduling", then "Uncaught exception in luigi", exit ``[retcode]
+unhandled_exception``); the first is dropped and the second says which scheduler and what to do. Luigi's note
+of each retry keeps its line, without the ``NoneType: None`` it adds (it logs ``exc_info`` outside an
+``except``). A FullRun asks the scheduler before any work (:mod:`pipeline.run.scheduler`).
 """
 
 from __future__ import annotations
 
 import logging
+
+from luigi.rpc import RPCError
 
 from data_recipes.manifest import ManifestError
 from data_recipes.validate import RejectBudgetExceeded
@@ -27,13 +36,20 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (
     FileNotFoundError,
 )
 LUIGI_LOGGER = "luigi-interface"
+#: the record of an error met while scheduling; Luigi raises it again and logs it once more as uncaught
+SCHEDULING_ERROR = "unexpected framework error while scheduling"
 
 
 class OneLineInputErrors(logging.Filter):
-    """Turns the worker's ``failed <task>`` record for an input error into ``<Family> failed: <message>``."""
+    """Turns the worker's ``failed <task>`` record for an input error into ``<Family> failed: <message>``, and a
+    scheduler's ``RPCError`` into one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info == (None, None, None):
+            record.exc_info = None  # "exc_info=True" outside an except: nothing to show
         error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, RPCError):
+            return self.one_line_scheduler_error(record, error)
         if isinstance(error, INPUT_ERRORS) and "failed" in str(record.msg):
             task = record.args[-1] if isinstance(record.args, tuple) and record.args else None
             family = getattr(task, "task_family", "a task")
@@ -41,6 +57,16 @@ class OneLineInputErrors(logging.Filter):
             record.args = (family, " ".join(str(error).split()))
             record.exc_info = None
             record.exc_text = None
+        return True
+
+    @staticmethod
+    def one_line_scheduler_error(record: logging.LogRecord, error: RPCError) -> bool:
+        if SCHEDULING_ERROR in str(record.msg):
+            return False  # said once, as the uncaught exception that follows
+        record.msg = "%s; is luigid running there? Rerun when it is (done tasks are kept), or with --local-scheduler"
+        record.args = (" ".join(str(error.args[0] if error.args else error).split()),)
+        record.exc_info = None
+        record.exc_text = None
         return True
 
 

@@ -13,6 +13,7 @@ from data_recipes.manifest import ManifestError
 from pipeline.config.changes import sweep_values
 from pipeline.config.checks import RunConfigurationError, exit_or_raise
 from pipeline.config.plan import publish, with_change, write_plan
+from pipeline.run.scheduler import check_scheduler
 from pipeline.tasks.data import Split, check_split_fits
 from pipeline.tasks.params import PlanParams
 from pipeline.tasks.report import Report
@@ -45,6 +46,7 @@ class FullRun(PlanParams, luigi.WrapperTask):
             exit_or_raise(RunConfigurationError(str(error)))
         except RunConfigurationError as error:
             exit_or_raise(error)
+        check_scheduler()  # a central scheduler that is not there: one line now, not a traceback in two minutes
 
     def sweep_plans(self) -> tuple[str, ...]:
         path, values = sweep_values(self.sweep)
