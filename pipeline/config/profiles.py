@@ -177,7 +177,7 @@ HEADLINE_GRID = ("ang_np_sym", "ours", "trip_np_sym", "ours_trip")
 DEMO_FINETUNE = replace(
     DEMO,
     name="demo-finetune",
-    train=replace(DEMO.train, trunk="top2", trunk_learning_rate_scale=0.1, trunk_batchnorm="batch"),
+    train=replace(DEMO.train, trunk="top1", trunk_learning_rate_scale=0.1, trunk_batchnorm="batch"),
     seeds_by_variant={variant: (0, 1, 2) for variant in HEADLINE_GRID},
     grid=HEADLINE_GRID,
     tuning=replace(DEMO.tuning, protocol="tuned"),
