@@ -32,7 +32,8 @@ def show_plan(argv: list[str]) -> int:
     """Print the run plan of ``FullRun <argv>`` and each task's status; ``--json``: the plan as JSON."""
     import json
 
-    from pipeline.run.status import format_task_plan, plan_summary, task_plan
+    from pipeline.config.plan import plan_summary
+    from pipeline.run.status import format_task_plan, plan_files, task_plan
 
     as_json = "--json" in argv
     argv = [arg for arg in argv if arg != "--json"]
@@ -40,7 +41,7 @@ def show_plan(argv: list[str]) -> int:
     with CmdlineParser.global_instance(["--local-scheduler", "--module", "pipeline", "FullRun", *argv]) as parser:
         run = parser.get_task_obj()  # resolves and checks the plan: one line, exit 2
         planned = task_plan(run.requires())
-        plan = {**run.run_plan.summary(), "plan": run.plan_id}
+        plan = {**run.run_plan.summary(), "plan": run.plan_id, "plan_files": plan_files(planned)}
         if as_json:
             plan["tasks"] = [
                 {"task": f"{p.family}/{p.task.signature()}", "label": p.label(), "status": p.status, "reason": p.reason}

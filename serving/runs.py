@@ -33,6 +33,17 @@ def _meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
+def _field(folder: Path, *keys: str) -> Any:
+    """A field of a task output's ``_meta.json`` (``"config", "headline", "method"``); one line when the metadata
+    lacks it (edited, or written by something else)."""
+    value: Any = _meta(folder)
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            raise BundleError(f"{Path(folder) / META_FILE} is damaged (it has no {'.'.join(keys)}): run its task again")
+        value = value[key]
+    return value
+
+
 def _output(folder: Path, name: str) -> Path:
     """The file of declared output ``name`` of the task output ``folder``, as the task's metadata names it."""
     outputs = _meta(folder).get("outputs", {})
@@ -62,7 +73,7 @@ def finished_reports(run_root: Path) -> list[Path]:
     """The run root's finished Report folders, oldest first."""
     return sorted(
         (p.parent for p in (run_root / "Report").glob(f"*/{META_FILE}")),
-        key=lambda p: _meta(p)["finished_at"],
+        key=lambda p: str(_field(p, "finished_at")),
     )
 
 
@@ -100,7 +111,7 @@ def _report_line(report: Path) -> str:
         "changes": " ".join(plan.get("changes", [])),
     }
     shown = {k: v for k, v in shown.items() if v}
-    return ", ".join(f"{k} {v}" for k, v in shown.items()) + f", finished {_meta(report)['finished_at']}"
+    return ", ".join(f"{k} {v}" for k, v in shown.items()) + f", finished {_field(report, 'finished_at')}"
 
 
 def find_train_dir(
@@ -132,8 +143,14 @@ def find_train_dir(
             f"{source} is neither a Train output (no {META_FILE}) nor a run root (no Train/ folder)"
         )
     chosen = choose_report(source, report)
-    runs = json.loads(_output(chosen, RUN_INDEX_OUTPUT).read_text())["runs"]
-    variant = variant or _meta(chosen)["config"]["headline"]["method"]
+    index = _output(chosen, RUN_INDEX_OUTPUT)
+    try:
+        runs = json.loads(index.read_text())["runs"]
+        if not isinstance(runs, list) or not all(isinstance(run, dict) for run in runs):
+            raise TypeError("its runs are not a list of runs")
+    except (OSError, ValueError, RecursionError, KeyError, TypeError) as error:
+        raise BundleError(f"{index} is damaged ({type(error).__name__}: {error}): run the report's task again") from None
+    variant = variant or _field(chosen, "config", "headline", "method")
     candidates = [run for run in runs if run["variant"] == variant]
     if not candidates:
         ran = sorted({run["variant"] for run in runs})
@@ -171,10 +188,16 @@ def _candidates(runs: list[dict[str, Any]]) -> str:
 
 def run_plan_of(folder: Path) -> dict[str, Any]:
     """The run plan a task output was made under (``<run_root>/RunPlan/<id>/run_plan.json``, its ``summary``);
-    empty when the output names none."""
-    plan_id = _meta(folder).get("params", {}).get("plan")
+    empty when the output names none or the file is missing or damaged (it is derived: the next run of the plan
+    writes it anew; what is read here only labels a bundle or a report)."""
+    params = _meta(folder).get("params")
+    plan_id = params.get("plan") if isinstance(params, dict) else None
     path = Path(folder).parent.parent / PLAN_FOLDER / str(plan_id) / PLAN_FILE
-    return json.loads(path.read_text()).get("summary", {}) if plan_id and path.is_file() else {}
+    try:
+        summary = json.loads(path.read_text()).get("summary", {}) if plan_id and path.is_file() else {}
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return {}
+    return summary if isinstance(summary, dict) and isinstance(summary.get("dataset", {}), dict) else {}
 
 
 def evaluation_of(train_dir: Path) -> Path | None:

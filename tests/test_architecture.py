@@ -5,7 +5,10 @@ counts too."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "models", "evaluation", "data_recipes", "serving", "common")
@@ -109,18 +112,72 @@ def test_the_pipeline_folder_shows_the_design():
     assert packages == ["config", "engine", "run", "steps", "tasks"]
 
 
-def test_the_engine_knows_nothing_of_the_project_s_settings():
-    """The hashed task, its outputs, locks, lineage and processes import no module of ``pipeline.config`` (nor
-    the tasks or the command line above it)."""
+#: what the engine may not import or name: the project above it (the hashed task, its outputs, locks, lineage
+#: and processes are a library a project uses, and is told what it needs: a torchrun job, the packages to
+#: fingerprint)
+ABOVE_THE_ENGINE = ("pipeline.config", "pipeline.steps", "pipeline.tasks", "pipeline.run", "models", "evaluation", "serving", "data_recipes")
+#: the layers of ``pipeline/``, bottom up: a module imports its own layer or one below (docs/architecture.md)
+PIPELINE_LAYERS = ("engine", "steps", "config", "tasks", "run")
+
+
+def _named(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+def test_the_engine_imports_and_names_nothing_of_the_project():
+    """No module of ``pipeline/engine/`` imports a module above it (lazily in a function or relatively either),
+    nor names one in its text (a module run by name, a package list, a docstring's example)."""
     graph = import_graph()
-    reached = {
+    imported = sorted(
         f"{source} imports {target}"
         for source, targets in graph.items()
         if source.startswith("pipeline.engine")
         for target in targets
-        if target.startswith(("pipeline.config", "pipeline.tasks", "pipeline.run", "pipeline.steps"))
-    }
-    assert reached == set()
+        if _named(target, ABOVE_THE_ENGINE)
+    )
+    relative = sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "pipeline" / "engine").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level > 1
+    )
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(re.escape(name) for name in ABOVE_THE_ENGINE) + r")(?:\.\w+)*(?![\w])")
+    named = sorted(
+        f"{path.relative_to(ROOT)}: {match.group(0)}"
+        for path in (ROOT / "pipeline" / "engine").rglob("*.py")
+        for text in [path.read_text()]
+        for match in pattern.finditer(text)
+        if "." in match.group(0) or text[match.start() - 1 : match.start()] in "\"'"
+    )
+    assert (imported, relative, named) == ([], [], [])
+
+
+def test_no_layer_of_the_pipeline_imports_one_above_it():
+    """``run`` -> ``tasks`` -> ``config`` -> ``steps`` -> ``engine``: each imports its own layer or those below."""
+    rank = {layer: i for i, layer in enumerate(PIPELINE_LAYERS)}
+
+    def layer(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 2 and parts[0] == "pipeline" and parts[1] in rank else None
+
+    upward = sorted(
+        f"{source} imports {target}"
+        for source, targets in import_graph().items()
+        if layer(source) is not None
+        for target in targets
+        if layer(target) is not None and rank[layer(target)] > rank[layer(source)]
+    )
+    assert upward == []
+
+
+def test_the_layer_test_sees_an_upward_import_and_a_named_module(tmp_path, monkeypatch):
+    """The two checks above catch what they are for (a test that cannot fail proves nothing)."""
+    graph = {"pipeline.tasks.report": {"pipeline.run.status"}, "pipeline.engine.x": {"models.settings"}}
+    monkeypatch.setattr(__import__(__name__, fromlist=["import_graph"]), "import_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="pipeline.tasks.report imports pipeline.run.status"):
+        test_no_layer_of_the_pipeline_imports_one_above_it()
+    with pytest.raises(AssertionError, match="pipeline.engine.x imports models.settings"):
+        test_the_engine_imports_and_names_nothing_of_the_project()
 
 
 def test_one_spelling_of_neighbor():

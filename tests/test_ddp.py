@@ -232,18 +232,21 @@ def test_train_with_two_processes_launches_torchrun_and_matches_one_process_on_t
 
 def test_torchrun_command_single_node_standalone_and_multi_node_rendezvous(tmp_path):
     from pipeline import Train
-    from pipeline.engine.torchrun import ENTRY_POINT, torchrun_command
+    from pipeline.engine.torchrun import torchrun_command
+    from pipeline.tasks.training import TORCHRUN_ENTRY_POINT
 
     def command(**train) -> list[str]:
         task = Train(profile="smoke", run_root=str(tmp_path), point={"train": train})
-        return torchrun_command(task, tmp_path / "work", task.train_settings())
+        return torchrun_command(task.torchrun_job(tmp_path / "work"))
 
     single = command(nproc_per_node=4)
     assert single[single.index("--nproc-per-node") + 1] == "4" and "--standalone" in single
-    assert single[single.index("-m", 3) + 1] == ENTRY_POINT
+    assert single[single.index("-m", 3) + 1] == TORCHRUN_ENTRY_POINT
+    assert single[single.index("--work-dir") + 1] == str((tmp_path / "work").resolve())
     multi = command(nproc_per_node=8, nnodes=2, rdzv_endpoint="node0:29400")
     assert "--standalone" not in multi
-    for flag, value in (("--nnodes", "2"), ("--rdzv-backend", "c10d"), ("--rdzv-endpoint", "node0:29400")):
+    rdzv_id = Train(profile="smoke", run_root=str(tmp_path), point={"train": {"nproc_per_node": 8, "nnodes": 2, "rdzv_endpoint": "node0:29400"}}).signature()
+    for flag, value in (("--nnodes", "2"), ("--rdzv-backend", "c10d"), ("--rdzv-endpoint", "node0:29400"), ("--rdzv-id", rdzv_id)):
         assert multi[multi.index(flag) + 1] == value
     with pytest.raises(ValueError, match="rdzv_endpoint"):
         command(nproc_per_node=8, nnodes=2)

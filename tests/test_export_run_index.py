@@ -56,7 +56,8 @@ def test_export_follows_the_named_report_and_refuses_what_its_index_does_not_set
     index = json.loads((root / "Report" / second / "run_index.json").read_text())["runs"]
     assert [(r["variant"], r["seed"], r["protocol"]) for r in index] == [("ours", 0, "shared")]
     assert index[0]["point"] == {}, "a shared run has no trial point: the change is the run plan's"
-    plan = json.loads((root / "Report" / second / "run_plan.json").read_text())
+    link = json.loads((root / "Report" / second / "report.json").read_text())["run_plan"]
+    plan = json.loads((root / link["file"]).read_text())["summary"]  # the one plan file the report links
     assert plan["variants"]["ours"]["train"]["learning_rate"] == OTHER_LEARNING_RATE
 
     # the newest report by default, said

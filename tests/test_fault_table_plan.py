@@ -42,6 +42,8 @@ PLAN_ROWS = [
     Fault("a negative reject budget", "plan", ["--reject-budget", "-0.1"], 2, "--reject-budget: must be in [0, 1], got -0.1", before="exit 0; every row rejected later"),
     Fault("a data seed that is not an integer", "plan", ["--data-seed", "x"], 2, "--data-seed 'x': expected an integer", before="exit 4, traceback"),
     Fault("a sweep value of the wrong type", "plan", ["--sweep", "neighbors.k=10,x"], 2, "--sweep neighbors.k: 'x' is not an integer", before="exit 2, worded as --set"),
+    Fault("an empty sweep value", "plan", ["--sweep", "neighbors.k=10,,20"], 2, "value 2 is empty", before="exit 0, the empty value dropped silently"),
+    Fault("an empty last sweep value", "plan", ["--sweep", "neighbors.k=10,20,"], 2, "value 3 is empty", before="exit 0, the empty value dropped silently"),
     Fault("a raw folder that is not there", "plan", ["--dataset", "pairs", "--raw-dir", "/no/such/table.csv"], 2, "/no/such/table.csv does not exist", before="plan went; PrepareShard failed"),
 ]
 
@@ -96,6 +98,9 @@ EXPORT_ROWS = [
     Fault("export into a path that is a file", "export", "file", 2, "exists and is a file; export into a new folder", before="exit 1, NotADirectoryError traceback"),
     Fault("export a Train folder as another variant", "export", "variant", 2, "trained variant", before="exit 0, --variant ignored"),
     Fault("export from a report whose metadata is damaged", "export", "damaged", 2, "_meta.json is damaged", before="exit 1, JSONDecodeError traceback"),
+    Fault("export from a report whose metadata lacks finished_at", "export", "finished_at", 2, "_meta.json is damaged (it has no finished_at)", before="exit 1, KeyError: 'finished_at' traceback"),
+    Fault("export from a report whose metadata lacks its headline", "export", "config", 2, "_meta.json is damaged (it has no config.headline.method)", before="exit 1, KeyError: 'config' traceback"),
+    Fault("export from a report whose run index is damaged", "export", "run_index", 2, "run_index.json is damaged", before="exit 1, JSONDecodeError traceback"),
 ]
 
 
@@ -109,12 +114,18 @@ def test_export_refuses_in_one_line(fault, smoke_run, tmp_path):
     report = root / "Report" / task.report().signature()
     train = next((root / "Train").iterdir())
     out = tmp_path / "bundle"
+    argv = ["export", str(root), str(out), "--protocol", "shared"]
+    meta = json.loads((report / "_meta.json").read_text())
     if fault.args == "file":
         out.write_text("taken")
         argv = ["export", str(root), str(out), "--variant", "ours", "--protocol", "shared", "--report", report.name]
     elif fault.args == "variant":
         trained = json.loads((train / "_meta.json").read_text())["config"]["variant"]["name"]
         argv = ["export", str(train), str(out), "--variant", "pvse" if trained != "pvse" else "ours"]
+    elif fault.args in ("finished_at", "config"):  # a field the export reads, gone (an edit, another writer)
+        (report / "_meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != fault.args}))
+    elif fault.args == "run_index":
+        (report / meta["outputs"]["run_index"]).write_text('{"runs": [1')
     else:
         (report / "_meta.json").write_text("{not json")
         argv = ["export", str(root), str(out), "--variant", "ours", "--protocol", "shared"]
@@ -135,6 +146,22 @@ TASK_ROWS = [
     Fault("flags beside a given plan", "task", ["FullRun", "--plan", "0123456789ab", "--set", "neighbors.k=3"], 2, "holds the run's settings: drop --profile, --set", before="exit 0, the flags ignored"),
 ]
 
+#: a task given a plan's id: no flag of the settings beside it (the given ones, not only those off their default)
+PLAN_ID_ROWS = [
+    Fault("the default profile beside a given plan", "task", ["FullRun", "--plan", "0123456789ab", "--profile", "demo"], 2, "holds the run's settings: drop --profile", before="exit 0, --profile demo silently ignored (it equals the default)"),
+    Fault("the default profile beside a given plan of a task started alone", "task", ["Split", "--plan", "0123456789ab", "--profile", "demo"], 2, "holds the run's settings: drop --profile", before="--profile demo not refused; exit 35, a traceback (the unknown plan)"),
+    Fault("a task started alone with an unknown plan", "task", ["Train", "--plan", "zzzz", "--variant", "ours", "--seed", "0"], 2, "run plan zzzz: ", before="exit 35, a traceback ending in RunConfigurationError"),
+]
+
+
+@pytest.mark.parametrize("fault", PLAN_ID_ROWS, ids=Fault.id)
+def test_a_task_given_a_plan_s_id_takes_no_flag_and_needs_the_plan(fault, tmp_path):
+    root = tmp_path / "runs"
+    done = run_command(main, [*fault.args, "--run-root", str(root)])
+    assert_refused(done, fault)
+    assert "start the run again from the command that made it" in done.stderr or "drop --" in done.stderr
+    assert not root.exists(), "nothing ran, nothing was written"
+
 
 @pytest.mark.parametrize("fault", TASK_ROWS, ids=Fault.id)
 def test_a_task_started_alone_checks_what_identifies_it(fault, tmp_path):
@@ -142,3 +169,20 @@ def test_a_task_started_alone_checks_what_identifies_it(fault, tmp_path):
     done = run_command(main, [*fault.args, "--profile", "smoke", "--run-root", str(root)])
     assert_refused(done, fault)
     assert not root.exists(), "nothing ran, nothing was written"
+
+
+def test_a_task_luigi_rebuilds_from_every_parameter_is_no_flag_beside_its_plan(tmp_path):
+    """Luigi rebuilds a task a forked worker yields (a tuning step's Trains) from every parameter, the flags at
+    their defaults included: only flags typed on the command line count as given beside ``--plan``."""
+    from luigi.cmdline_parser import CmdlineParser
+
+    from pipeline import Train
+
+    root = tmp_path / "runs"
+    with CmdlineParser.global_instance(["--module", "pipeline", "FullRun", "--profile", "smoke", "--run-root", str(root)]) as parser:
+        run = parser.get_task_obj()
+        params = run.clone(Train, variant="ours", seed=0).to_str_params()
+        assert {"profile", "set", "seeds"} <= set(params) and params["plan"] == run.plan_id
+        luigi.task_register.Register.clear_instance_cache()  # as in the scheduling process, which never saw it
+        assert Train.from_str_params(params).plan == run.plan_id
+    assert not root.exists()

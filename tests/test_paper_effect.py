@@ -96,19 +96,46 @@ def test_seeds_and_items_needed_match_a_loop_over_designs():
     assert items_needed(parts, 2.8 * math.sqrt(4e-4 / 3) * 0.99) is None
 
 
+def selection(variant: str, label: str, tie: bool) -> dict:
+    """A tuned variant's selection.json as Tune writes it: two finished trials, the first chosen."""
+    run = {"score": 0.6, "best_epoch": 3, "epochs": 5, "max_epochs": 20, "capped": False, "val_rsum": None}
+    trials = [
+        {"point": {"train.learning_rate": lr}, "rungs": [], "stopped_at_rung": None, "score": 0.6, "seeds": {"0": run}}
+        for lr in (0.001, 0.003)
+    ]
+    return {
+        "variant": variant,
+        "label": label,
+        "trials": trials,
+        "chosen": 0,
+        "runner_up": 1,
+        "chosen_point": trials[0]["point"],
+        "tie": tie,
+        "comparison": {"difference": 0.001, "ci_low": -0.01 if tie else 0.0005, "ci_high": 0.012},
+        "decided_by": "a tie" if tie else "a resolved difference",
+        "metric": {"name": "val_nway_r1", "label": "expected 5-way R@1", "higher_is_better": True},
+        "budget": 2,
+        "draw_seed": 0,
+        "trial_seeds": [0],
+        "halving": {"rung_epochs": [], "reduction_factor": 3, "rule": "none"},
+        "extended_epochs": 40,
+        "rule": "the best mean",
+        "tie_rule": "the higher mean",
+    }
+
+
 def tuned_inputs(tie: bool, runner_up_better: bool) -> ReportInputs:
     """Tuned runs where Ours is a planted +0.1 over Ang+NP+Sym; Ours's choice a tie (or not) whose runner-up's runs
     have no such gain (``runner_up_better`` False) or the same gain."""
     baseline = planted_runs("ang_np_sym", "Ang+NP+Sym", False)
     ours = planted_runs("ours", "Ours", True)
     runner_up = planted_runs("ours", "Ours", runner_up_better)
-    selection = {"tie": tie, "trials": [], "chosen": 0, "runner_up": 1}
     return ReportInputs(
         "t",
         [],
         protocols=("tuned",),
         tuned_runs=baseline + ours,
-        selections={"ours": selection, "ang_np_sym": {"tie": False}},
+        selections={"ours": selection("ours", "Ours", tie), "ang_np_sym": selection("ang_np_sym", "Ang+NP+Sym", False)},
         runner_up_runs=runner_up if tie else [],
         bootstrap_resamples=300,
     )

@@ -118,7 +118,8 @@ def test_plain_mode_says_how_far_a_run_got_that_stopped_or_failed(tmp_path):
         finish(tasks[0].output_dir)
         raise RuntimeError("a task failed")
     lines = stream.getvalue().splitlines()
-    assert "Train 1/2 done: ours seed 1" in lines[-2] and lines[-1].endswith("stopped: 1 of 2 tasks done")
+    assert "Train 1/2 done: ours seed 1" in lines[-2]
+    assert lines[-1].endswith("stopped: 1 of 2 tasks done; not finished: Train ours seed 2"), "the task left undone is named"
 
     # a failed run reads "stopped" even with every watched output there
     failed = train(tmp_path, "c" * 12, "ours seed 3")
@@ -191,7 +192,9 @@ def test_live_mode_shows_the_running_trainings_epoch_and_metric_then_an_estimate
     assert "ours seed 1" in stream.getvalue()
 
     display.stop(success=False)
-    assert "stopped: 1 of 3 tasks done" in stream.getvalue()
+    text = stream.getvalue()
+    assert "stopped: 1 of 3 tasks done" in text
+    assert text.endswith("\nnot finished: Train ours seed 2 (was running), Evaluate ours seed 1\n"), "whole, below the display"
 
 
 def test_live_lines_are_cut_to_the_terminal(tmp_path, monkeypatch):

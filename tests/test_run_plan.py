@@ -36,6 +36,13 @@ def metas(root: Path) -> dict[Path, int]:
     return {meta: meta.stat().st_mtime_ns for meta in root.glob(f"*/*/{META_FILE}")}
 
 
+def linked_plan(report) -> dict:
+    """The run plan a Report links (``report.json``'s ``run_plan.file``, in the run root), as its summary."""
+    link = report.load("json")["run_plan"]
+    assert link["plan"] == report.plan_id and not report.output_path("json").with_name("run_plan.json").exists()
+    return json.loads((Path(report.run_root) / link["file"]).read_text())["summary"]
+
+
 def test_set_changes_move_only_the_outputs_of_the_tasks_that_use_them(smoke_run, tmp_path):
     root = copied_root(smoke_run, tmp_path)
     before = folders(root)
@@ -50,7 +57,7 @@ def test_set_changes_move_only_the_outputs_of_the_tasks_that_use_them(smoke_run,
     moved = {family for family in after if after[family] - before.get(family, set())}
     assert moved == {"NeighborTables", "Train", "Evaluate", "Cocos", "Tune", "TunedRuns", "SearchIndex", "Report"}
     assert len(after["NeighborTables"] - before["NeighborTables"]) == 2, "both spaces' tables use k"
-    plan = run.report().load("run_plan")
+    plan = linked_plan(run.report())
     assert plan["changes"] == list(changes)
     assert plan["settings"]["neighbors"]["k"] == 10
     assert plan["settings"]["variants"] == {"*": {"train": {"learning_rate": 3e-4}}}
@@ -107,7 +114,7 @@ def test_keep_stale_takes_older_outputs_and_the_report_names_them(smoke_run, tmp
     result, ran = build([run])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
     assert "Train" not in ran.families() and "Evaluate" in ran.families()
-    kept = run.report().load("run_plan")["kept_stale_outputs"]
+    kept = run.report().load("json")["run_plan"]["kept_stale_outputs"]
     assert any(k["task"].startswith("Train/") and f"Train {TRAIN} -> {TRAIN + 1}" in k["reason"] for k in kept)
     assert "kept with --keep-stale" in run.report().output_path("markdown").read_text()
     # what was made from a kept output is stale too, to a run without the flag
@@ -116,23 +123,30 @@ def test_keep_stale_takes_older_outputs_and_the_report_names_them(smoke_run, tmp
     assert again["Evaluate"].status == STALE and f"Train {TRAIN} -> {TRAIN + 1}" in again["Evaluate"].reason
 
 
-def test_a_setting_only_the_tuned_runs_evaluations_use_remakes_them_and_the_report(smoke_run, tmp_path):
-    """TunedRuns' Evaluates are chosen while it runs, so its hash cannot hold their settings: it is complete
-    only when the evaluations it was made from are today's."""
+def test_a_setting_only_the_tuned_runs_evaluations_use_gives_them_their_own_outputs(smoke_run, tmp_path):
+    """TunedRuns' Evaluates are chosen while it runs, so its hash holds what they hash besides the chosen Trains
+    (their settings and other inputs): two runs that differ only in an evaluation setting get a TunedRuns output
+    each, and neither rewrites an output of the other in place (issue 46: at 7285da5 the second run rewrote
+    ``TunedRuns/<same hash>/_meta.json``, after which ``plan`` and FullRun of the first disagreed)."""
     root = copied_root(smoke_run, tmp_path)
     grid = {"profile": "smoke", "variants": ["ang_np_sym"], "seeds": [0], "protocol": "tuned", "run_root": str(root)}
     assert build([FullRun(**grid)])[0].status == luigi.execution_summary.LuigiStatusCode.SUCCESS
     first = FullRun(**grid).report().requires()["tuned"][0]
-    changed = FullRun(**grid, set=("eval.redraws=3",))
+    made = {meta: (meta.stat().st_mtime_ns, meta.read_bytes()) for meta in root.glob(f"*/*/{META_FILE}")}
+    changed = FullRun(**grid, set=("eval.bootstrap_resamples=500",))
     tuned = changed.report().requires()["tuned"][0]
-    assert tuned.signature() == first.signature() and not tuned.complete()
+    assert tuned.signature() != first.signature() and tuned.requires()["tune"].signature() == first.requires()["tune"].signature()
     result, ran = build([changed])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
-    assert "TunedRuns" in ran.families() and "Tune" not in ran.families()
+    assert "TunedRuns" in ran.families() and "Tune" not in ran.families() and "Train" not in ran.families()
+    assert {meta: (meta.stat().st_mtime_ns, meta.read_bytes()) for meta in made} == made, "nothing rewritten in place"
     evaluate = tuned.evaluations()[0]
-    assert evaluate.meta()["config"]["eval"]["redraws"] == 3
+    assert evaluate.meta()["config"]["eval"]["bootstrap_resamples"] == 500
     assert f"Evaluate/{evaluate.signature()}" in tuned.meta()["dynamic"]
     assert tuned.load("runs")["evaluations"]["0"] == str(evaluate.output_dir())
+    luigi.task_register.Register.clear_instance_cache()
+    for run in (FullRun(**grid), FullRun(**grid, set=("eval.bootstrap_resamples=500",))):
+        assert all(p.status == DONE for p in task_plan(run.requires())), "both runs' plans: every task done"
 
 
 def test_a_sweep_writes_each_value_s_report_and_the_sweep_table_and_figure(smoke_run, tmp_path):
@@ -153,7 +167,7 @@ def test_a_sweep_writes_each_value_s_report_and_the_sweep_table_and_figure(smoke
     markdown = sweep.output_path("markdown").read_text()
     assert "| neighbors.k |" in markdown and "Δ" in markdown and "sweep.png" in markdown
     assert sweep.output_path("figure").stat().st_size > 10_000
-    plans = [report.load("run_plan") for report in sweep.reports()]
+    plans = [linked_plan(report) for report in sweep.reports()]
     assert [p["settings"]["neighbors"]["k"] for p in plans] == [20, 10]
 
 

@@ -381,6 +381,12 @@ def sweep_values(sweep: str) -> tuple[str, list[str]]:
         else:
             current += char
     values.append(current.strip())
+    empty = [str(i + 1) for i, value in enumerate(values) if not value]
+    if empty and raw.strip():
+        raise RunConfigurationError(
+            f"--sweep {sweep!r}: value {', '.join(empty)} is empty (two commas, or one at an end); give each value, "
+            "e.g. --sweep neighbors.k=10,20,50"
+        )
     values = [v for v in values if v]
     if len(values) < 2 or len(set(values)) != len(values):
         raise RunConfigurationError(f"--sweep {sweep!r}: give two or more distinct values, e.g. --sweep neighbors.k=10,20,50")

@@ -1,5 +1,6 @@
 """The run plan: every setting of a run resolved once, checked once, written before any task runs
-(``<run_root>/RunPlan/<id>/run_plan.json``) and read by every task through its ``plan`` parameter.
+(``<run_root>/RunPlan/<id>/run_plan.json``, :mod:`pipeline.config.plan_file`) and read by every task through its
+``plan`` parameter.
 
 Where a setting comes from, later layers winning:
 
@@ -17,7 +18,6 @@ point on top of its variant (:meth:`RunPlan.variant`) — and never resolves a s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -48,11 +48,6 @@ from pipeline.config.profiles import PROFILES, Profile
 from pipeline.config.records import profile_from_record, to_record
 from pipeline.config.variant_spec import Variant, VariantError, merge_overrides
 from pipeline.config.variants import VARIANTS, paper_grid, unknown_variant
-from pipeline.engine.outputs import write_json
-
-#: ``<run_root>/RunPlan/<id>/run_plan.json``: the plans of a run root, one folder per plan like a task's output
-PLAN_FOLDER = "RunPlan"
-PLAN_FILE = "run_plan.json"
 
 
 @dataclass(frozen=True)
@@ -307,61 +302,6 @@ def check_training(name: str, t: TrainSettings) -> None:
         )
 
 
-# ---------------------------------------------------------------------------------------------- the file
-def plan_path(run_root: str | Path, plan_id: str) -> Path:
-    return Path(run_root) / PLAN_FOLDER / plan_id / PLAN_FILE
-
-
-#: plans this process resolved or read: (run root, id) -> plan (Luigi's forked workers inherit them)
-_PLANS: dict[tuple[str, str], RunPlan] = {}
-
-
-def publish(plan: RunPlan, run_root: str | Path) -> str:
-    """Keep ``plan`` for this process's tasks of ``run_root`` (and the workers Luigi forks from it); its id. Its
-    file is written by :func:`write_plan` when the first task of the run starts, so that planning alone
-    (``python -m pipeline plan``, a task built in a test) leaves nothing behind."""
-    root = Path(run_root)
-    if root.exists() and not root.is_dir():
-        raise RunConfigurationError(f"--run-root {run_root} is a file, not a folder: give a folder for the outputs")
-    _PLANS[(str(root.resolve()), plan.id)] = plan
-    return plan.id
-
-
-def write_plan(run_root: str | Path, plan_id: str, plan: RunPlan | None = None) -> Path:
-    """The plan's file in ``run_root``, written now if it is not there yet (a plan's file is named by its content,
-    so it is written once); ``plan`` when the caller holds it."""
-    path = plan_path(run_root, plan_id)
-    if not path.exists():
-        plan = plan or load_plan(run_root, plan_id)
-        write_json(path, {**plan.record(), "summary": plan.summary()})
-    return path
-
-
-def load_plan(run_root: str | Path, plan_id: str) -> RunPlan:
-    """The plan ``plan_id`` of ``run_root``: this process's copy, else read from its file."""
-    key = (str(Path(run_root).resolve()), plan_id)
-    if key not in _PLANS:
-        path = plan_path(run_root, plan_id)
-        if not path.exists():
-            raise RunConfigurationError(
-                f"run plan {plan_id} is not in {run_root} ({path} is missing): start the run from FullRun or "
-                "a task's command line, which writes its plan first"
-            )
-        try:
-            plan = RunPlan.from_record(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise RunConfigurationError(f"{path} cannot be read as a run plan ({type(error).__name__}: {error}); start the run again") from None
-        if plan.id != plan_id:
-            raise RunConfigurationError(f"{path} holds another plan ({plan.id}): it was edited; start the run again")
-        _PLANS[key] = plan
-    return _PLANS[key]
-
-
-def forget_plans() -> None:
-    """Drop this process's copies (the next read comes from the files)."""
-    _PLANS.clear()
-
-
 def with_change(plan: RunPlan, extra: str, flag: str = "--sweep") -> RunPlan:
     """``plan`` resolved again with one more change (a sweep's value); an error in it names ``flag``."""
     path, raw = split_change(extra)
@@ -369,15 +309,21 @@ def with_change(plan: RunPlan, extra: str, flag: str = "--sweep") -> RunPlan:
     return resolve_plan(plan.profile, (*plan.changes, extra), plan.grid, [n for n in plan.variants if n not in plan.grid])
 
 
+def plan_summary(summary: Mapping[str, Any]) -> list[str]:
+    """A few lines a person reads first of a plan's :meth:`RunPlan.summary`: the profile, the changes, the grid
+    (``python -m pipeline plan`` and the report's run plan section)."""
+    lines = [f"profile {summary['profile']}, dataset {summary['dataset']['name']}, protocols {', '.join(summary['protocols'])}"]
+    lines.append("changes: " + (", ".join(summary["changes"]) if summary["changes"] else "none (the profile as it is)"))
+    lines.append(
+        "variants: "
+        + ", ".join(f"{name} (seeds {v['seeds']}, {'+'.join(v['protocols'])})" for name, v in summary["variants"].items())
+    )
+    return lines
+
+
 __all__ = [
-    "PLAN_FILE",
-    "PLAN_FOLDER",
     "RunPlan",
-    "forget_plans",
-    "load_plan",
-    "plan_path",
-    "publish",
-    "write_plan",
+    "plan_summary",
     "resolve_plan",
     "resolve_variant",
     "with_change",

@@ -3,8 +3,8 @@ its parameters (the run plan's id among them), produces into the work folder its
 hands back its summary, or the error it raised, as JSON on the file descriptor ``--answer-fd`` (a pipe the
 worker reads).
 
-    python -m pipeline.engine.child --module pipeline.tasks.training --family Train \
-        --params '<Train parameters as JSON>' --work-dir runs/Train/<signature>.partial --threads 4 --answer-fd 5
+    python -m pipeline.engine.child --module <the task's module> --family <its class> \
+        --params '<its parameters as JSON>' --work-dir runs/<Family>/<signature>.partial --threads 4 --answer-fd 5
 """
 
 from __future__ import annotations

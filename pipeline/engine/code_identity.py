@@ -26,26 +26,23 @@ import hashlib
 import importlib
 import inspect
 import json
-import re
+import pkgutil
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pipeline.engine.code_versions import VERSIONS_FILE, recorded, version_of
+from pipeline.engine.code_versions import VERSIONS_FILE, code_base, recorded, version_of
 from pipeline.engine.task import HashedTask
-
-ROOT = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = ("common", "pipeline", "models", "data_recipes", "evaluation", "serving")
-MODULE_NAME = re.compile(rf"(?:{'|'.join(PROJECT_PACKAGES)})(?:\.[a-z_][a-z0-9_]*)+")
 
 
 # ---------------------------------------------------------------------------------------- fingerprints
 def module_path(name: str) -> Path | None:
     """The source file of project module ``name`` (a package's ``__init__.py``), None outside the project."""
-    if name.split(".")[0] not in PROJECT_PACKAGES:
+    base_of_code = code_base()
+    if name.split(".")[0] not in base_of_code.packages:
         return None
-    base = ROOT.joinpath(*name.split("."))
+    base = base_of_code.root.joinpath(*name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.exists():
             return candidate
@@ -60,6 +57,7 @@ def imported_modules(name: str, path: Path) -> set[str]:
     tree = ast.parse(source)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
+    module_name = code_base().module_pattern()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
@@ -70,8 +68,8 @@ def imported_modules(name: str, path: Path) -> set[str]:
                 base = ".".join([*parent, base] if base else parent)
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value):
-            found.add(node.value)  # a module imported by name (a registry's lazy ``modules=("models.vse", ...)``)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and module_name.fullmatch(node.value):
+            found.add(node.value)  # a module imported by name (a registry's lazy list of its modules)
     if path.name == "__init__.py" and ("iter_modules" in source or "import_submodules" in source):
         found.update(f"{name}.{child.stem}" for child in path.parent.glob("*.py") if child.stem != "__init__")
         found.update(f"{name}.{child.name}" for child in path.parent.iterdir() if (child / "__init__.py").exists())
@@ -126,15 +124,19 @@ def _defined(cls: type) -> set[str]:
 
 
 def task_families() -> dict[str, type]:
-    """Every task family that writes an output (HashedTask subclasses of the pipeline), by name."""
-    importlib.import_module("pipeline")  # every task module, so every family is a subclass by now
+    """Every task family that writes an output (the HashedTask subclasses of the code base's tasks package), by
+    name."""
+    tasks = code_base().tasks_package
+    package = importlib.import_module(tasks)
+    for module in pkgutil.iter_modules(package.__path__, prefix=f"{tasks}."):
+        importlib.import_module(module.name)  # every task module, so every family is a subclass by now
     families: dict[str, type] = {}
     todo = list(HashedTask.__subclasses__())
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
         # a base class (no produce of its own) writes no output
-        if cls.__module__.startswith("pipeline.") and not inspect.isabstract(cls) and "produce" in _defined(cls):
+        if cls.__module__.startswith(f"{tasks}.") and not inspect.isabstract(cls) and "produce" in _defined(cls):
             families[cls.get_task_family()] = cls
     return dict(sorted(families.items()))
 

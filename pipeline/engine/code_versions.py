@@ -1,11 +1,14 @@
 """The recorded code version of each task family (``pipeline/engine/code_versions.json``), read by every task to
-tell an output made by today's code from one made by older code. What the versions mean and how they are
-updated: :mod:`pipeline.engine.code_identity`.
+tell an output made by today's code from one made by older code, and what the fingerprints cover (the
+:class:`CodeBase` the project declares). What the versions mean and how they are updated:
+:mod:`pipeline.engine.code_identity`.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,39 @@ from typing import Any
 VERSIONS_FILE = Path(__file__).with_name("code_versions.json")
 #: the version of a family with no entry yet (a new task family)
 FIRST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CodeBase:
+    """What the fingerprints cover, as the project that uses the engine tells it (:func:`configure`): the folder
+    that holds its packages, the packages whose modules count (a module outside them is a library, versioned by
+    ``_meta.json``'s library versions instead), and the package whose modules define the task families."""
+
+    root: Path
+    packages: tuple[str, ...]
+    tasks_package: str
+
+    def module_pattern(self) -> re.Pattern[str]:
+        """A dotted module name of these packages, as a string in the source may name one."""
+        return re.compile(rf"(?:{'|'.join(map(re.escape, self.packages))})(?:\.[a-z_][a-z0-9_]*)+")
+
+
+#: the code base the project declared (one)
+_CODE_BASE: list[CodeBase] = []
+
+
+def configure(base: CodeBase) -> None:
+    """Say what the fingerprints cover (the project's tasks package does, when it is imported)."""
+    _CODE_BASE[:] = [base]
+
+
+def code_base() -> CodeBase:
+    if not _CODE_BASE:
+        raise RuntimeError(
+            "code identity has no code base: the package that defines the task families calls "
+            "code_versions.configure(CodeBase(...)) when it is imported; import it first"
+        )
+    return _CODE_BASE[0]
 
 
 class MissingCodeVersions(RuntimeError):

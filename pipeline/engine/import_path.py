@@ -1,6 +1,6 @@
-"""``python -m pipeline ...`` puts the working folder first on ``sys.path``, so a user's own ``common.py``,
-``models.py``, ``evaluation.py``, ``serving.py`` or ``data_recipes.py`` there would be imported in place of the
-package's (``ModuleNotFoundError: No module named 'common.registry'; 'common' is not a package``). Importing
+"""``python -m pipeline ...`` puts the working folder first on ``sys.path``, so a user's own module there named
+like one of the project's top-level packages would be imported in place of the package's
+(``ModuleNotFoundError: No module named '<name>.registry'; '<name>' is not a package``). Importing
 ``pipeline`` imports this module before anything else of the project and moves that entry to the end: the
 user's modules stay importable, the package's own come first. ``luigi --module pipeline`` and the console
 scripts do not put the working folder on the path at all.

@@ -263,9 +263,11 @@ def atomic_directory(final: Path, *, resume: bool = False) -> Iterator[Path]:
         raise
 
 
-def write_json(path: Path, payload: Any) -> None:
+def write_json(path: Path, payload: Any, *, sort_keys: bool = True) -> None:
+    """``payload`` as JSON at ``path``, atomically; ``sort_keys=False`` keeps each mapping's order (a record whose
+    reader iterates a mapping in order)."""
     with _naming_disk_full(path), atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=json_default) + "\n")
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=sort_keys, default=json_default) + "\n")
 
 
 def read_json(path: Path) -> Any:

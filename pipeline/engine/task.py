@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,9 +43,14 @@ __all__ = ["CODE_MARKER", "META_FILE", "HashedTask", "stable_hash", "threads_per
 logger = logging.getLogger("luigi-interface")
 
 
+def _name(task: HashedTask) -> str:
+    """``<Task>/<signature>``: how an output names another (its inputs, its dynamic dependencies)."""
+    return f"{task.get_task_family()}/{task.signature()}"
+
+
 def _names(tasks: list[HashedTask]) -> list[str]:
     """``<Task>/<signature>`` of each task, sorted (what an output records of its dynamic dependencies)."""
-    return sorted({f"{task.get_task_family()}/{task.signature()}" for task in tasks})
+    return sorted({_name(task) for task in tasks})
 
 
 def threads_per_worker() -> int:
@@ -160,9 +166,11 @@ class HashedTask(luigi.Task):
             cache[version] = code
         return code
 
-    def recorded_code(self, meta: dict[str, Any]) -> dict[str, Any]:
-        """The code record an output's meta (or a work folder's marker) holds (none: stale to any code)."""
-        return meta.get("code", NO_CODE_RECORD)
+    def recorded_code(self, meta: Any) -> dict[str, Any]:
+        """The code record an output's meta (or a work folder's marker) holds (none, or an unreadable one: stale
+        to any code)."""
+        code = meta.get("code") if isinstance(meta, dict) else None
+        return code if isinstance(code, dict) and "lineage" in code else NO_CODE_RECORD
 
     def produced_code(self, inputs: list[HashedTask]) -> dict[str, Any]:
         """The code record of an output made now from ``inputs``: today's version of its family over the
@@ -174,13 +182,10 @@ class HashedTask(luigi.Task):
     def stale_reason(self) -> str | None:
         """Why this task's existing output was made by other code than today's (None: it was not, or it
         does not exist): the families whose version differs, e.g. ``code: Train 1 -> 2``."""
-        path = self.output_dir() / META_FILE
-        if not path.exists():
+        meta = self._readable_meta()
+        if meta is None:
             return None
-        try:
-            recorded = self.recorded_code(read_json(path))
-        except (OSError, ValueError):
-            return None
+        recorded = self.recorded_code(meta)
         now = self.code()
         if recorded["lineage"] == now["lineage"]:
             return None
@@ -195,25 +200,50 @@ class HashedTask(luigi.Task):
         return "code: " + (", ".join(changed) or "an input was made by older code")
 
     def complete(self) -> bool:
-        """The output exists with a readable ``_meta.json`` (a damaged one is made again in place), was made by
-        today's code (or ``--keep-stale`` keeps an older one), and the dynamic dependencies it was made from
-        are complete too."""
-        if not super().complete():
-            return False
-        try:
-            self.meta()
-        except (OSError, ValueError):
+        """Whether this output can be taken as it is (:meth:`incomplete_reason` says why not)."""
+        return self.incomplete_reason() is None
+
+    def incomplete_reason(self) -> str | None:
+        """Why this output must be made (again), None when it is complete: it exists with a readable
+        ``_meta.json`` (a damaged one is made again in place), was made by today's code (or ``--keep-stale``
+        keeps an older one), from the dynamic dependencies it has now, and every output it was made from is
+        complete and is the very one it was made from (``_meta.json``'s ``inputs``: an input made again since,
+        e.g. deleted and rebuilt, makes this one again too). So a finished root is complete only when everything
+        under it is, and ``python -m pipeline plan`` and the run agree on what runs."""
+        return self._incomplete_reason({})
+
+    def _incomplete_reason(self, seen: dict[str, str | None]) -> str | None:
+        """:meth:`incomplete_reason`, each output of the graph judged once per call (``seen``)."""
+        if self.task_id in seen:
+            return seen[self.task_id]
+        seen[self.task_id] = reason = self._judged(seen)
+        return reason
+
+    def _judged(self, seen: dict[str, str | None]) -> str | None:
+        if not self.output().exists():
+            return "no output yet"
+        meta = self._readable_meta()
+        if meta is None:
             logger.warning("%s: its %s is damaged: making it again", self.output_dir(), META_FILE)
-            return False
-        if not (self.keep_stale or self.stale_reason() is None):
-            return False
+            return f"its {META_FILE} is damaged"
+        if not self.keep_stale and (stale := self.stale_reason()) is not None:
+            return stale
         dynamic = self._known_dynamic()
-        if dynamic is None or not all(task.complete() for task in dynamic):
-            return False
+        if dynamic is None:
+            return "the outputs its dynamic dependencies are read from are not all there"
         # the output must be made from these dynamic dependencies: a setting they hash but this task does not
-        # (e.g. eval.* for TunedRuns, whose Evaluates are chosen while it runs) makes it again, in place
-        made_from = self.meta().get("dynamic")
-        return made_from is None or made_from == _names(dynamic)
+        # makes it again, in place
+        made_from = meta.get("dynamic")
+        if made_from is not None and made_from != _names(dynamic):
+            return "made from other dynamic dependencies than the settings now give"
+        recorded = meta.get("inputs")
+        for task in self._inputs_with(dynamic):
+            if task._incomplete_reason(seen) is not None:
+                return f"its input {_name(task)} will be made again"
+            # an output recorded before builds were (no ``inputs``) predates every input that has a build
+            if (recorded.get(_name(task)) if isinstance(recorded, dict) else None) != task.build_id():
+                return f"its input {_name(task)} was made again since"
+        return None
 
     def output_dir(self) -> Path:
         return Path(self.run_root) / self.get_task_family() / self.signature()
@@ -267,6 +297,7 @@ class HashedTask(luigi.Task):
                 self._start_with_todays_code(work_dir)
                 summary = self._produce_where_it_may(work_dir)
                 dynamic = self._known_dynamic()  # they have run by now
+                inputs = self._inputs_with(dynamic or [])
                 write_json(
                     work_dir / META_FILE,
                     {
@@ -282,9 +313,13 @@ class HashedTask(luigi.Task):
                             task.get_task_family(): str(task.output_dir()) for task in self.upstream()
                         },
                         "versions": library_versions(),
-                        "code": self.produced_code(self._inputs_with(dynamic or [])),
+                        "code": self.produced_code(inputs),
                         **({"device": summary.get("device", "cpu")} if self.runs_network else {}),
                         **({"dynamic": _names(dynamic)} if dynamic else {}),
+                        # this build, and the build of each output it was made from: one made again later (deleted
+                        # and rebuilt) makes this one incomplete
+                        "build": uuid.uuid4().hex,
+                        "inputs": {_name(task): task.build_id() for task in inputs},
                         "wall_time_s": round(time.time() - started, 3),
                         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         "summary": summary,
@@ -315,7 +350,10 @@ class HashedTask(luigi.Task):
         marker = Path(work_dir) / CODE_MARKER
         lineage = self.code()["lineage"]
         if any(Path(work_dir).iterdir()):
-            kept = self.recorded_code(read_json(marker) if marker.exists() else {})["lineage"]
+            try:
+                kept = self.recorded_code(read_json(marker))["lineage"]
+            except (OSError, ValueError, RecursionError):  # missing or damaged (derived): taken as other code
+                kept = None
             if kept != lineage:
                 logger.warning("%s: its partial output was made by other code: starting again", self.task_id)
                 for child in Path(work_dir).iterdir():
@@ -323,4 +361,24 @@ class HashedTask(luigi.Task):
         write_json(marker, {"code": self.code()})
 
     def meta(self) -> dict[str, Any]:
-        return read_json(self.output_dir() / META_FILE)
+        """The output's ``_meta.json`` (read once per version of the file: completeness asks often)."""
+        path = self.output_dir() / META_FILE
+        stat = os.stat(path)
+        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        cached = self.__dict__.get("_meta_read")
+        if cached is None or cached[0] != stamp:
+            cached = self._meta_read = (stamp, read_json(path))
+        return cached[1]
+
+    def _readable_meta(self) -> dict[str, Any] | None:
+        """:meth:`meta`, None when it is missing or damaged (not JSON, not an object)."""
+        try:
+            meta = self.meta()
+        except (OSError, ValueError, RecursionError):
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def build_id(self) -> str | None:
+        """The id of the build that made this output (None: none recorded, or no output)."""
+        meta = self._readable_meta()
+        return meta.get("build") if meta is not None else None

@@ -1,95 +1,79 @@
-"""Starting a data-parallel Train under torchrun: the command every node runs and the wait for it.
+"""Starting a data-parallel job under torchrun: the command every node runs and the wait for it.
 
-``Train.produce`` calls :func:`run_with_torchrun` when its ``nproc_per_node * nnodes`` is above 1; the processes
-torchrun starts run ``pipeline.run.train_ddp`` (the entry point), and rank 0 leaves its summary in the work
-directory for this module to hand back. See docs/gpu.md.
+The caller says what runs (:class:`TorchrunJob`: an entry point module, its arguments, the processes per node
+and the nodes); this module builds torchrun's command, holds a GPU slot for each local process, runs it and
+hands back the summary rank 0 left in the work directory (:data:`SUMMARY_FILE`). A task of the project makes the
+job (``Train`` does when its ``nproc_per_node * nnodes`` is above 1); the engine knows no entry point of its
+own. See docs/gpu.md.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.settings import TrainSettings
 from pipeline.engine.gpus import gpu_slots, scheduler_gpu_slots, visible_gpus
 from pipeline.engine.import_path import child_environment
 from pipeline.engine.outputs import read_json
 from pipeline.engine.spawn import die_with_parent
-from pipeline.engine.task import HashedTask
 
 logger = logging.getLogger("luigi-interface")
 
-#: the torchrun entry point every process runs
-ENTRY_POINT = "pipeline.run.train_ddp"
-#: rank 0's summary of the run, read back by the launching Train and removed
+#: rank 0's summary of the run, written by the entry point into the work directory, read back here and removed
 SUMMARY_FILE = "ddp_summary.json"
 
 
-def torchrun_command(task: HashedTask, work_dir: Path, settings: TrainSettings) -> list[str]:
+@dataclass(frozen=True)
+class TorchrunJob:
+    """What torchrun runs: ``python -m <entry_point> <arguments>`` in ``nproc_per_node`` processes on each of
+    ``nnodes`` nodes, which meet at ``rdzv_endpoint`` (``host:port`` of the first node; needed above one node)
+    under ``rdzv_id``; ``name`` says which work it is in the log."""
+
+    entry_point: str
+    arguments: tuple[str, ...]
+    nproc_per_node: int
+    nnodes: int = 1
+    rdzv_endpoint: str = ""
+    rdzv_id: str = ""
+    name: str = ""
+
+
+def torchrun_command(job: TorchrunJob) -> list[str]:
     """The command every node runs (the same on each: torchrun's rendezvous assigns the node ranks)."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        str(settings.nproc_per_node),
-    ]
-    if settings.nnodes == 1:
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(job.nproc_per_node)]
+    if job.nnodes == 1:
         command.append("--standalone")  # a local rendezvous on a free port
     else:
-        if not settings.rdzv_endpoint:
-            raise ValueError(
-                f"nnodes={settings.nnodes} needs rdzv_endpoint, the host:port of the first node's rendezvous"
-            )
-        command += [
-            "--nnodes",
-            str(settings.nnodes),
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            settings.rdzv_endpoint,
-            "--rdzv-id",
-            task.signature(),
-        ]
-    parameters = json.dumps(task.process_params(), sort_keys=True)
-    return command + [
-        "-m",
-        ENTRY_POINT,
-        "--task",
-        parameters,
-        "--work-dir",
-        str(Path(work_dir).resolve()),
-    ]
+        if not job.rdzv_endpoint:
+            raise ValueError(f"nnodes={job.nnodes} needs rdzv_endpoint, the host:port of the first node's rendezvous")
+        command += ["--nnodes", str(job.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", job.rdzv_endpoint]
+        command += ["--rdzv-id", job.rdzv_id or job.name or "job"]
+    return [*command, "-m", job.entry_point, *job.arguments]
 
 
-def run_with_torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings) -> dict[str, Any]:
-    """Run ``task``'s training in ``world_size`` processes under torchrun; rank 0's summary. On a GPU host with
-    one node, the processes run on ``nproc_per_node`` GPU slots of different GPUs (:mod:`pipeline.engine.gpus`),
-    which torchrun's processes see as their devices 0, 1, ..."""
+def run_with_torchrun(job: TorchrunJob, work_dir: Path) -> dict[str, Any]:
+    """Run ``job`` under torchrun; the summary rank 0 wrote into ``work_dir``. On a GPU host with one node, the
+    processes run on ``nproc_per_node`` GPU slots of different GPUs (:mod:`pipeline.engine.gpus`), which
+    torchrun's processes see as their devices 0, 1, ..."""
     gpus = visible_gpus()
-    if gpus and settings.nnodes == 1:
-        with gpu_slots(gpus, scheduler_gpu_slots(), settings.nproc_per_node) as held:
-            return _torchrun(task, work_dir, settings, {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(held)})
-    return _torchrun(task, work_dir, settings, dict(os.environ))
+    if gpus and job.nnodes == 1:
+        with gpu_slots(gpus, scheduler_gpu_slots(), job.nproc_per_node) as held:
+            return _torchrun(job, work_dir, {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(held)})
+    return _torchrun(job, work_dir, dict(os.environ))
 
 
-def _torchrun(task: HashedTask, work_dir: Path, settings: TrainSettings, env: dict[str, str]) -> dict[str, Any]:
-    command = torchrun_command(task, work_dir, settings)
-    if settings.nnodes > 1:
-        logger.warning(
-            "Train %s waits for %d more node(s); on each run:\n%s",
-            task.task_id,
-            settings.nnodes - 1,
-            shlex.join(command),
-        )
+def _torchrun(job: TorchrunJob, work_dir: Path, env: dict[str, str]) -> dict[str, Any]:
+    command = torchrun_command(job)
+    if job.nnodes > 1:
+        logger.warning("%s waits for %d more node(s); on each run:\n%s", job.name, job.nnodes - 1, shlex.join(command))
     else:
-        logger.info("Train %s runs: %s", task.task_id, shlex.join(command))
+        logger.info("%s runs: %s", job.name, shlex.join(command))
     summary_path = Path(work_dir) / SUMMARY_FILE
     summary_path.unlink(missing_ok=True)
     completed = subprocess.run(command, preexec_fn=die_with_parent, env=child_environment(env), check=False)

@@ -12,7 +12,8 @@ import luigi
 from data_recipes.manifest import ManifestError
 from pipeline.config.changes import sweep_values
 from pipeline.config.checks import RunConfigurationError, exit_or_raise
-from pipeline.config.plan import publish, with_change, write_plan
+from pipeline.config.plan import RunPlan, with_change
+from pipeline.config.plan_file import hold_plan
 from pipeline.run.scheduler import check_scheduler
 from pipeline.tasks.data import Split, check_split_fits
 from pipeline.tasks.params import PlanParams
@@ -23,8 +24,8 @@ from pipeline.tasks.sweep import Sweep
 class FullRun(PlanParams, luigi.WrapperTask):
     """The whole pipeline: data -> dedup -> split -> Doc2Vec, word vectors, CNN features, k-NN tables ->
     every variant trained and evaluated -> report (one per value with ``--sweep``, and the sweep's section).
-    Its plan (and each swept value's) is resolved, checked and written before any task runs. Prints where
-    the report is.
+    Its plan (and each swept value's) is resolved and checked when it is built, and written when Luigi schedules
+    it, before any task runs. Prints where the report is.
     """
 
     run_root = luigi.Parameter(default="runs", significant=False)
@@ -41,16 +42,20 @@ class FullRun(PlanParams, luigi.WrapperTask):
         try:
             self.check_known_data()
             #: each swept value's plan: the run's with that change, resolved and checked now
-            self._value_plans = self.sweep_plans() if self.sweep else ()
+            self._value_runs = self.sweep_plans() if self.sweep else []
+            self._value_plans = tuple(hold_plan(plan, self.run_root) for plan in self._value_runs)
         except ManifestError as error:
             exit_or_raise(RunConfigurationError(str(error)))
         except RunConfigurationError as error:
             exit_or_raise(error)
         check_scheduler()  # a central scheduler that is not there: one line now, not a traceback in two minutes
 
-    def sweep_plans(self) -> tuple[str, ...]:
+    def sweep_plans(self) -> list[RunPlan]:
         path, values = sweep_values(self.sweep)
-        return tuple(publish(with_change(self.run_plan, f"{path}={value}"), self.run_root) for value in values)
+        return [with_change(self.run_plan, f"{path}={value}") for value in values]
+
+    def started_plans(self) -> list[RunPlan]:
+        return [*super().started_plans(), *self._value_runs]
 
     def check_known_data(self) -> None:
         """When this run root already holds the run's split, the settings that depend on its size are checked
@@ -105,15 +110,6 @@ def _watch(task: FullRun, _dependency: luigi.Task) -> None:
 FullRun.event_handler(luigi.Event.SUCCESS)(_announce_report)
 FullRun.event_handler(luigi.Event.DEPENDENCY_PRESENT)(_announce_report)
 
-
-def _write_plans(task: FullRun, _dependency: luigi.Task) -> None:
-    """Luigi is scheduling the run (planning alone never gets here): each swept value's plan goes into the run
-    root first (the run's own plan is written for every task a run starts from: pipeline.tasks.params)."""
-    for plan_id in task._value_plans:
-        write_plan(task.run_root, plan_id)
-
-
-FullRun.event_handler(luigi.Event.DEPENDENCY_DISCOVERED)(_write_plans)
 FullRun.event_handler(luigi.Event.DEPENDENCY_DISCOVERED)(_watch)
 
 __all__ = ["FullRun"]

@@ -192,13 +192,15 @@ class ProgressDisplay:
             done, total = sum(s.done for s in self._states.values()), len(self._states)
             ok = done == total and success is not False
             ending = f"finished: {_tasks(total)} run" if ok else f"stopped: {done} of {_tasks(total)} done"
+            unfinished = [line for line in [self._unfinished()] if line and not ok]
             if self.mode == "plain":
-                self._write([*finished, f"{self._stamp()} {ending}"])
+                self._write([*finished, f"{self._stamp()} {'; '.join([ending, *unfinished])}"])
             else:
                 self._draw_live(running, ending)
                 for bar in sorted(self._bars, key=lambda bar: bool(bar.desc)):  # blank lines cleared first
                     bar.leave = bool(bar.desc)
                     bar.close()
+                self._write(unfinished)  # below the display, whole: a line of it is cut to the terminal
         except (OSError, ValueError):  # a closed stream at interpreter exit: nothing left to show
             logger.debug("progress display: final draw failed", exc_info=True)
         finally:
@@ -305,6 +307,14 @@ class ProgressDisplay:
         label = f": {task.label}" if task.label else ""
         details_text = f" ({', '.join(details)})" if details else ""
         return f"{self._stamp()} {task.family} {done}/{total} done{label}{details_text}"
+
+    def _unfinished(self, most: int = 4) -> str:
+        """``not finished: Train ours seed 1 (was running), Report``: what a stopped run left undone (what it was
+        building first: a killed worker's task among them), at most ``most`` named."""
+        left = sorted((s for s in self._states.values() if not s.done), key=lambda s: (not s.touched, _family_key(s.task.family)))
+        names = [" ".join(filter(None, [s.task.family, s.task.label, "(was running)" * s.touched])) for s in left[:most]]
+        more = f", +{len(left) - most} more" if len(left) > most else ""
+        return "not finished: " + ", ".join(names) + more if names else ""
 
     def _counts(self) -> dict[str, tuple[int, int]]:
         """Family -> (done, to run) in this run, in pipeline order (a family all reused: (0, 0))."""

@@ -1,8 +1,9 @@
 """What each task of a run will do: ``python -m pipeline plan`` (FullRun's arguments) prints the run plan
-(:mod:`pipeline.config.plan`) and, per task, whether it is done, will
-run (and why: new settings, a new upstream output) or is stale (made by other code), without running
-anything. Tasks the tuned protocol decides while it runs (later rungs, the chosen settings' runs) are not
-known before: the plan says so.
+(:mod:`pipeline.config.plan`), the state of its file in the run root, and, per task, whether it is done, will
+run (and why: new settings against its own earlier output, a new upstream output, an input made again) or is
+stale (made by other code), without running anything. "Done" is the run's own completeness
+(``HashedTask.incomplete_reason``), so what the plan says will run is what FullRun runs. Tasks the tuned protocol
+decides while it runs (later rungs, the chosen settings' runs) are not known before: the plan says so.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import luigi
 
+from pipeline.config.plan_file import plan_file_problem, plan_path
 from pipeline.engine.outputs import read_json
 from pipeline.engine.task import META_FILE, HashedTask
 
@@ -65,43 +67,62 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def settings_difference(task: HashedTask, limit: int = 40) -> str | None:
-    """How this task's settings differ from the nearest output of its family in the run root (None when
-    one has the same settings: then an upstream output is new)."""
+def identity(task: HashedTask, params: dict[str, Any]) -> dict[str, Any]:
+    """What tells this task apart within its family in ``params`` (as ``_meta.json`` records them): its
+    significant parameters but the plan's id (variant, seed, point, ...)."""
+    names = {name for name, parameter in task.get_params() if parameter.significant and name != "plan"}
+    return {name: value for name, value in params.items() if name in names}
+
+
+def earlier_outputs(task: HashedTask, metas: dict[Path, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The ``_meta.json`` of every output of ``task``'s family in the run root, newest first (read once per family:
+    ``metas`` caches them)."""
     family_dir = task.output_dir().parent
-    metas = sorted(family_dir.glob(f"*/{META_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
-    mine = _flatten(json.loads(json.dumps(task.config(), default=str)))  # as _meta.json holds it (tuples as lists)
-    best: list[str] | None = None
-    for path in metas:
-        try:
-            theirs = _flatten(read_json(path).get("config", {}))
-        except (OSError, ValueError):
-            continue
-        diff = [
-            f"{key} {theirs.get(key, '-')} -> {mine.get(key, '-')}"
-            for key in sorted(set(mine) | set(theirs))
-            if mine.get(key) != theirs.get(key)
-        ]
-        if best is None or len(diff) < len(best):
-            best = diff
-    if best is None:
+    if family_dir not in metas:
+        found = []
+        for path in sorted(family_dir.glob(f"*/{META_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True):
+            try:
+                meta = read_json(path)
+            except (OSError, ValueError, RecursionError):
+                continue
+            if isinstance(meta, dict) and isinstance(meta.get("config"), dict) and isinstance(meta.get("params"), dict):
+                found.append(meta)
+        metas[family_dir] = found
+    return metas[family_dir]
+
+
+def settings_difference(task: HashedTask, metas: dict[Path, list[dict[str, Any]]] | None = None) -> str | None:
+    """How this task's settings differ from its own earlier output in the run root: the newest output of its family
+    made for the same variant, seed, point ... under another plan (None when that one has the same settings:
+    then an upstream output is new)."""
+    params = identity(task, task.process_params())
+    own = [meta for meta in earlier_outputs(task, {} if metas is None else metas) if identity(task, meta["params"]) == params]
+    if not own:
         return "new output (none of this task yet)"
-    if not best:
+    mine = _flatten(json.loads(json.dumps(task.config(), default=str)))  # as _meta.json holds it (tuples as lists)
+    theirs = _flatten(own[0]["config"])
+    diff = [
+        f"{key} {theirs.get(key, '-')} -> {mine.get(key, '-')}"
+        for key in sorted(set(mine) | set(theirs))
+        if mine.get(key) != theirs.get(key)
+    ]
+    if not diff:
         return None
-    return "settings: " + "; ".join(best[:4]) + (f"; +{len(best) - 4} more" if len(best) > 4 else "")
+    return "settings: " + "; ".join(diff[:4]) + (f"; +{len(diff) - 4} more" if len(diff) > 4 else "")
 
 
-def status_of(task: HashedTask, running: Iterable[HashedTask]) -> tuple[str, str]:
-    """(status, reason) of one task, given the tasks before it that will run."""
+def status_of(task: HashedTask, running: Iterable[HashedTask], metas: dict[Path, list[dict[str, Any]]] | None = None) -> tuple[str, str]:
+    """(status, reason) of one task, given the tasks before it that will run: the run's own completeness
+    (``HashedTask.incomplete_reason``), with the reason a person needs."""
     if task.output().exists():
-        stale = task.stale_reason()
-        if stale is None and task.complete():
-            return DONE, ""
-        if stale is None:
-            return RUN, "its output is incomplete"
-        return (KEPT, stale + " (kept: --keep-stale)") if task.keep_stale else (STALE, stale)
+        stale, reason = task.stale_reason(), task.incomplete_reason()
+        if stale is not None and not task.keep_stale:
+            return STALE, stale
+        if reason is not None:
+            return RUN, reason
+        return (KEPT, stale + " (kept: --keep-stale)") if stale is not None else (DONE, "")
     new_upstream = sorted({u.get_task_family() for u in task.upstream() if u in running})
-    difference = settings_difference(task)
+    difference = settings_difference(task, metas)
     if difference is None:
         return RUN, "upstream: new " + ", ".join(new_upstream) if new_upstream else "upstream changed"
     return RUN, difference
@@ -110,28 +131,31 @@ def status_of(task: HashedTask, running: Iterable[HashedTask]) -> tuple[str, str
 def task_plan(root: luigi.Task) -> list[PlannedTask]:
     planned: list[PlannedTask] = []
     running: set[HashedTask] = set()
+    metas: dict[Path, list[dict[str, Any]]] = {}
     for task in walk(root):
-        status, reason = status_of(task, running)
+        status, reason = status_of(task, running, metas)
         if status in (RUN, STALE):
             running.add(task)
         planned.append(PlannedTask(task, status, reason))
     return planned
 
 
-def plan_summary(plan: dict[str, Any]) -> list[str]:
-    """A few lines a person reads first: the profile, the changes, the grid."""
-    lines = [f"profile {plan['profile']}, dataset {plan['dataset']['name']}, protocols {', '.join(plan['protocols'])}"]
-    lines.append("changes: " + (", ".join(plan["changes"]) if plan["changes"] else "none (the profile as it is)"))
-    lines.append(
-        "variants: "
-        + ", ".join(f"{name} (seeds {v['seeds']}, {'+'.join(v['protocols'])})" for name, v in plan["variants"].items())
-    )
-    return lines
+def plan_files(planned: list[PlannedTask]) -> list[dict[str, str]]:
+    """The run plans the planned tasks read, each with the state of its file: ``intact``, or what is wrong and
+    that the run writes it when it starts (planning writes nothing)."""
+    plans = dict.fromkeys((str(p.task.run_root), p.task.plan_id) for p in planned if getattr(p.task, "plan_id", None))
+    states = []
+    for run_root, plan_id in plans:
+        problem = plan_file_problem(run_root, plan_id)
+        state = "intact" if problem is None else f"{problem}: the run writes it anew before any task reads it"
+        states.append({"plan": plan_id, "file": str(plan_path(run_root, plan_id)), "state": state})
+    return states
 
 
 def format_task_plan(planned: list[PlannedTask]) -> list[str]:
     counts = {status: sum(p.status == status for p in planned) for status in (DONE, RUN, STALE, KEPT)}
-    lines = [f"{len(planned)} tasks: {counts[DONE]} done, {counts[RUN]} will run, {counts[STALE]} stale, {counts[KEPT]} kept stale"]
+    lines = [f"run plan file {f['file']}: {f['state']}" for f in plan_files(planned)]
+    lines.append(f"{len(planned)} tasks: {counts[DONE]} done, {counts[RUN]} will run, {counts[STALE]} stale, {counts[KEPT]} kept stale")
     width = max((len(p.family) for p in planned), default=0)
     for p in planned:
         where = f"{p.family}/{p.task.signature()}"

@@ -1,7 +1,7 @@
 """torchrun's entry point for a data-parallel Train: one process of it.
 
-torchrun starts this module (``pipeline.engine.torchrun`` builds the command; on several nodes each node runs
-the same command) with the Train's parameters and its work directory. Each process joins the group
+torchrun starts this module (``Train.torchrun_job`` names it, ``pipeline.engine.torchrun`` builds the command; on
+several nodes each node runs the same command) with the Train's parameters and its work directory. Each process joins the group
 (``models.distributed.init_from_environment``), rebuilds the same Train and trains its share into the work
 directory; rank 0 alone writes the checkpoints, the history and the summary the launching Train reads back.
 

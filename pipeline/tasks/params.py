@@ -1,15 +1,17 @@
 """What every task of the pipeline carries: the id of its run plan, and what identifies it within the run.
 
 A task started from the command line (``luigi --module pipeline FullRun ...``, or any task alone) has no plan
-yet: it resolves one from its flags (:func:`pipeline.config.plan.resolve_plan`), checks it and writes it into
-the run root before anything runs, and hands its id to every task it requires (:meth:`PlanParams.clone`). A
-required task reads its settings from that plan (``self.run_plan``), never from the flags: the flags are
-only the command line's spelling of changes (:mod:`pipeline.config.flags`).
+yet: it resolves one from its flags (:func:`pipeline.config.plan.resolve_plan`) and checks it when it is built,
+writes it into the run root when Luigi schedules it (the first question Luigi asks a run is whether its task is
+complete: :meth:`PlanParams.complete`), and hands its id to every task it requires (:meth:`PlanParams.clone`).
+Every task reads its settings from that plan's file (``self.run_plan``: :func:`pipeline.config.plan_file.read_plan`),
+never from the flags: the flags are only the command line's spelling of changes (:mod:`pipeline.config.flags`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import luigi
@@ -19,10 +21,13 @@ from common.tokenizer import TOKENIZER_VERSION
 from models.settings import TrainSettings
 from pipeline.config.checks import RunConfigurationError, exit_or_raise
 from pipeline.config.flags import flag_changes
-from pipeline.config.plan import RunPlan, load_plan, publish, resolve_plan, write_plan
+from pipeline.config.plan import RunPlan, resolve_plan
+from pipeline.config.plan_file import hold_plan, read_plan, write_plan
 from pipeline.config.profiles import Profile
 from pipeline.config.variant_spec import Variant
 from pipeline.engine.task import HashedTask
+
+logger = logging.getLogger("luigi-interface")
 
 
 class SettingChangesParameter(luigi.Parameter):
@@ -105,16 +110,34 @@ def _default_of(parameter: luigi.Parameter) -> Any:
     return default if default is None or default is luigi.parameter._no_value else parameter.normalize(default)
 
 
+def typed_flags(task: Any) -> set[str]:
+    """The flags typed on the command line for ``task`` when it is of the family the command starts (``--profile``
+    or ``--FullRun-profile``), whatever their value. Not the parameters a task was built with: Luigi rebuilds a
+    task a worker yields with every parameter, flags at their defaults included."""
+    from luigi.cmdline_parser import CmdlineParser
+
+    parser = CmdlineParser.get_instance()
+    family = task.get_task_family()
+    if parser is None or getattr(parser.known_args, "root_task", None) != family:
+        return set()
+    typed = vars(parser.known_args)
+    return {name for name in FLAGS if typed.get(name) is not None or typed.get(f"{family}_{name}") is not None}
+
+
 def check_flags(task: Any) -> None:
     """One line for the first parameter that could not be read, and for flags beside a given plan (they would be
-    ignored: the plan holds the settings)."""
+    ignored: the plan holds the settings): one typed on the command line whatever its value (``--profile demo``
+    too, the default), one set elsewhere (luigi.cfg, code) when it differs from its default."""
+    typed = typed_flags(task)
     for name, _ in task.get_params():
         value = getattr(task, name, None)
         if isinstance(value, UnreadFlag):
             raise RunConfigurationError(f"--{name.replace('_', '-')} {str(value)!r}: expected {value.accepts}")
     if task.plan:
         given = [
-            name for name, parameter in task.get_params() if name in FLAGS and getattr(task, name) != _default_of(parameter)
+            name
+            for name, parameter in task.get_params()
+            if name in FLAGS and (name in typed or getattr(task, name) != _default_of(parameter))
         ]
         if given:
             raise RunConfigurationError(
@@ -163,11 +186,29 @@ class PlanParams:
             if not self.plan:
                 # started from the command line (or from code): resolve and check the plan before any work, and
                 # this task's own parameters against it; a wrong value is one line and exit 2 on the command line
-                self._resolved_plan = self.resolve_from_flags()
-                self._started_plan = publish(self._resolved_plan, self.run_root)
+                self._own_plan = self.resolve_from_flags()
+                hold_plan(self._own_plan, self.run_root)
                 self.check_identity()
+            else:
+                self.run_plan  # noqa: B018 - a plan this process cannot read is refused now, in one line
         except RunConfigurationError as error:
             exit_or_raise(error)
+
+    def started_plans(self) -> list[RunPlan]:
+        """The plans a run started from this task resolved (its own; a sweep's values too)."""
+        return [self._own_plan]
+
+    def complete(self) -> bool:
+        """Whether the task is done; for the task a run starts from, Luigi's first question when it schedules the
+        run (``python -m pipeline plan`` never asks it), so its plans' files are written here first, before any
+        task reads them (a missing, damaged or edited one anew: the one writer, :func:`write_plan`)."""
+        if not self.plan:
+            for plan in self.started_plans():
+                try:
+                    write_plan(self.run_root, plan)
+                except OSError as error:  # a full disk: the first task that writes says so, in one line
+                    logger.warning("the run plan %s could not be written: %s", plan.id, error)
+        return super().complete()
 
     def check_identity(self) -> None:
         """What identifies this task, checked against its plan when a run starts from it (nothing by default)."""
@@ -205,14 +246,13 @@ class PlanParams:
 
     @property
     def plan_id(self) -> str:
-        return self.plan or self._started_plan
+        return self.plan or self._own_plan.id
 
     @property
     def run_plan(self) -> RunPlan:
-        """The run's plan: the one this task resolved (it travels with the task to a worker, however Luigi
-        starts it), else read once per process from the run root."""
-        resolved = getattr(self, "_resolved_plan", None)
-        return resolved if resolved is not None else load_plan(self.run_root, self.plan_id)
+        """The run's plan, read from its file in the run root and checked against its id (the one reader,
+        :func:`read_plan`), in whatever process the task runs."""
+        return read_plan(self.run_root, self.plan_id)
 
     @property
     def settings(self) -> Profile:
@@ -250,21 +290,6 @@ class PipelineTask(PlanParams, HashedTask):
 
     def identity_extras(self) -> dict[str, Any]:
         return {"tokenizer": TOKENIZER_VERSION} if self.tokenizes else {}
-
-    def run(self) -> Any:
-        # the run's plan is in the run root before any task of it does its work (a task started alone with
-        # nothing to require writes it here)
-        write_plan(self.run_root, self.plan_id, getattr(self, "_resolved_plan", None))
-        return super().run()
-
-
-@luigi.Task.event_handler(luigi.Event.DEPENDENCY_DISCOVERED)
-def _write_started_plan(task: luigi.Task, _dependency: luigi.Task) -> None:
-    """Luigi is scheduling a run (planning alone never gets here): the plan of the task it started from goes
-    into the run root before any worker starts, however Luigi starts its workers (a worker that does not
-    inherit this process's memory reads it from there)."""
-    if isinstance(task, PlanParams) and not task.plan:
-        write_plan(task.run_root, task.plan_id, task._resolved_plan)
 
 
 class VariantChoice:

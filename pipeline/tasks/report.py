@@ -26,9 +26,10 @@ from evaluation.report import (
     compare_qualitatively,
     qualitative_inputs,
 )
+from pipeline.config.plan import plan_summary
+from pipeline.config.plan_file import plan_path
 from pipeline.engine.outputs import library_versions, save_text, write_json
 from pipeline.engine.task import HashedTask
-from pipeline.run.status import plan_summary
 from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
@@ -101,7 +102,6 @@ class Report(PipelineTask):
         "html": "report.html",
         "json": "report.json",
         "run_index": "run_index.json",
-        "run_plan": "run_plan.json",
     }
 
     # ------------------------------------------------------------------ the grid (the plan's)
@@ -301,21 +301,24 @@ class Report(PipelineTask):
             runner_up_runs=runner_up,
         )
         document, payload = build_report(inputs, work_dir)
-        plan = {**self.run_plan.summary(), "plan": self.plan_id, "report": self.signature()}
         kept = [
             {"task": f"{task.get_task_family()}/{task.signature()}", "reason": reason}
             for task in every.values()
             if (reason := task.stale_reason()) is not None
         ]
-        plan["kept_stale_outputs"] = kept
-        payload["run_plan"] = {"changes": plan["changes"], "kept_stale_outputs": kept}
-        plan_section(document, plan)
+        # the plan is linked, not copied: its one file in the run root (written when the run was scheduled)
+        payload["run_plan"] = {
+            "plan": self.plan_id,
+            "file": str(plan_path(".", self.plan_id)),
+            "changes": list(self.run_plan.changes),
+            "kept_stale_outputs": kept,
+        }
+        plan_section(document, self.run_plan.summary(), payload["run_plan"])
         payload["serve_command"] = search_section(document, req["search_index"])
         save_text(self.work_path(work_dir, "markdown"), document.to_markdown())
         save_text(self.work_path(work_dir, "html"), document.to_html())
         write_json(self.work_path(work_dir, "json"), payload)
         write_json(self.work_path(work_dir, "run_index"), {"report": self.signature(), "runs": self.run_index(req)})
-        write_json(self.work_path(work_dir, "run_plan"), plan)
         return {"variants": self.variant_names(), "seeds": self.seed_plan()}
 
 
@@ -331,19 +334,20 @@ def report_identity(summary: dict[str, Any]) -> dict[str, Any]:
     return {**{key: value for key, value in summary.items() if key not in ("changes", "settings")}, "settings": settings}
 
 
-def plan_section(document: Document, plan: dict[str, Any]) -> None:
-    """The run plan in brief (``run_plan.json`` has all of it) and any output kept from older code."""
+def plan_section(document: Document, summary: dict[str, Any], link: dict[str, Any]) -> None:
+    """The run plan in brief (its file in the run root, ``link['file']``, has all of it) and any output kept from
+    older code."""
     document.heading("Run plan")
     document.paragraph(
-        "Everything this run used, resolved once, is in `run_plan.json` beside this report; "
+        f"Everything this run used, resolved once, is in `{link['file']}` of the run root (plan {link['plan']}); "
         "`python -m pipeline plan` with the same arguments shows it and what each task would do."
     )
-    for line in plan_summary(plan):
+    for line in plan_summary(summary):
         document.paragraph(line)
-    if plan["kept_stale_outputs"]:
+    if link["kept_stale_outputs"]:
         document.paragraph(
             "**Outputs made by older code, kept with --keep-stale** (their numbers may not be what today's code "
-            "computes): " + "; ".join(f"{k['task']} ({k['reason']})" for k in plan["kept_stale_outputs"])
+            "computes): " + "; ".join(f"{k['task']} ({k['reason']})" for k in link["kept_stale_outputs"])
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,15 @@ from pipeline.config.checks import RunConfigurationError
 from pipeline.config.variant_spec import merge_overrides
 from pipeline.engine.gpus import task_device
 from pipeline.engine.task import HashedTask
-from pipeline.engine.torchrun import run_with_torchrun
+from pipeline.engine.torchrun import TorchrunJob, run_with_torchrun
 from pipeline.steps.selection import ValidationScorer, save_ranks
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
 from pipeline.tasks.params import IdentityIntParameter, PipelineTask, VariantChoice
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
+
+#: the module torchrun runs in each process of a data-parallel Train (it rebuilds the Train from its parameters)
+TORCHRUN_ENTRY_POINT = "pipeline.run.train_ddp"
 
 
 class VariantParams(VariantChoice):
@@ -222,10 +226,16 @@ class Train(VariantParams, PipelineTask):
         check_split_fits(self.requires()["split"])  # before any training
         continued = self.start_from_shorter_run(work_dir)
         if t.world_size > 1 and not launched_by_torchrun():
-            summary = run_with_torchrun(self, work_dir, t)
+            summary = run_with_torchrun(self.torchrun_job(work_dir), work_dir)
         else:
             summary = self.train_in(work_dir, init_from_environment())
         return {**summary, "continued_from": continued}
+
+    def torchrun_job(self, work_dir: Path) -> TorchrunJob:
+        """This Train's processes under torchrun: each runs :data:`TORCHRUN_ENTRY_POINT` on its parameters."""
+        t = self.train_settings()
+        arguments = ("--task", json.dumps(self.process_params(), sort_keys=True), "--work-dir", str(Path(work_dir).resolve()))
+        return TorchrunJob(TORCHRUN_ENTRY_POINT, arguments, t.nproc_per_node, t.nnodes, t.rdzv_endpoint, self.signature(), self.task_id)
 
     def default_epoch_cap(self) -> int:
         """The epoch cap this variant has when the user's overrides do not set one."""

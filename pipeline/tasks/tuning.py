@@ -278,7 +278,12 @@ class TunedRuns(VariantChoice, PipelineTask):
         return {"tune": self.clone(Tune)}
 
     def config(self) -> dict[str, Any]:
-        return {"seeds": self.report_seeds()}
+        # its evaluations are dynamic dependencies (chosen once Tune has run), so what they hash besides the chosen
+        # Trains is hashed here: their settings and their other inputs. Two runs that differ there (eval.*,
+        # doc2vec.*) get an output each instead of rewriting one in place
+        evaluate = self.clone(Evaluate, seed=self.report_seeds()[0])
+        inputs = sorted(task.signature() for task in evaluate.upstream() if not isinstance(task, Train))
+        return {"seeds": self.report_seeds(), "evaluations": {"config": evaluate.config(), "inputs": inputs}}
 
     def choices(self) -> dict[str, dict[str, Any]]:
         """The settings the report seeds train at: the choice, and the runner-up's when the choice was a tie."""
