@@ -4,7 +4,8 @@ scripts that make their own inputs here (synthetic batches, galleries, generated
 import torch and the pipeline again, ~10 s each on two busy cores). What is checked is that the script runs
 and that its output has the shape and the invariants its docs state; no speed is asserted (speed is
 measured in ``benchmarks/``). The scripts that read a run root are in tests/test_bench_run_root.py,
-bench_scaling.py in tests/test_bench_scaling.py.
+bench_scaling.py in tests/test_bench_scaling.py. Every cited script is also started as the docs start it,
+``python benchmarks/<name>.py --help``, so an import that works only in this process fails here too.
 
 A quick run writes no file under ``benchmarks/results/`` unless told where (``--out``/``--json``): the
 committed results stay the full runs'.
@@ -68,6 +69,54 @@ def test_every_script_the_docs_cite_has_a_quick_test():
     for name, module in QUICK_TESTS.items():
         assert (BENCHMARKS / f"{name}.py").exists(), name
         assert name in (ROOT / "tests" / module).read_text(), f"{module} does not run {name}"
+
+
+#: one child process imports the libraries once, then forks per script and runs it as ``python benchmarks/<name>.py
+#: --help`` would: its own folder first on ``sys.path``, the repository root not on it, no ``benchmarks`` imported
+STARTS_AS_A_SCRIPT = """
+import io, os, runpy, sys
+from pathlib import Path
+import faiss, luigi, numpy, pandas, torch  # noqa: F401 - imported once, before the forks
+import pipeline, serving.bundle, evaluation.statistics, data_recipes  # noqa: F401
+folder, failed = Path(sys.argv[1]), []
+for name in sys.argv[2:]:
+    pid = os.fork()
+    if pid == 0:
+        sys.path[0] = str(folder)
+        for module in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
+            del sys.modules[module]
+        sys.argv, sys.stdout = [str(folder / f"{name}.py"), "--help"], io.StringIO()
+        try:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+            code = 0
+        except SystemExit as stop:
+            code = stop.code or 0
+        except BaseException as error:  # noqa: BLE001 - reported by name
+            print(f"{name}: {type(error).__name__}: {error}", file=sys.stderr)
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        failed.append(name)
+print(" ".join(failed))
+"""
+
+
+def test_every_cited_script_starts_as_a_script():
+    """``python benchmarks/<name>.py --help`` for every cited script: its imports resolve as a script's do
+    (the tests below call ``main`` in this process, where the repository root is importable anyway)."""
+    import subprocess
+
+    names = sorted(QUICK_TESTS)
+    done = subprocess.run(
+        [sys.executable, "-c", STARTS_AS_A_SCRIPT, str(BENCHMARKS), *names],
+        cwd=ROOT / "tests",  # not the repository root, which ``-c`` would put on sys.path
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [], f"not started as scripts: {done.stdout.strip()}\n{done.stderr[-3000:]}"
 
 
 def script(name: str) -> ModuleType:
