@@ -82,7 +82,8 @@ folder, failed = Path(sys.argv[1]), []
 for name in sys.argv[2:]:
     pid = os.fork()
     if pid == 0:
-        sys.path[0] = str(folder)
+        # as ``python <script>``: the script's folder first, the repository root (cwd, PYTHONPATH) nowhere
+        sys.path = [str(folder)] + [p for p in sys.path[1:] if Path(p or ".").resolve() != folder.parent]
         for module in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
             del sys.modules[module]
         sys.argv, sys.stdout = [str(folder / f"{name}.py"), "--help"], io.StringIO()
