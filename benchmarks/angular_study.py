@@ -18,6 +18,11 @@ distractors) and the median and mean rank of the positive — because the two ca
 Each run is one Train (about 1-3 minutes on 2 CPU cores); the default two seeds and every factor are 30
 Trains; those the demo's FullRun already made (the profile's settings, the tuning trials, the tuned report
 seeds) are reused, 10 of them after the demo of bb38e64.
+
+    python benchmarks/angular_study.py --quick --root R   # a smoke test: the smoke profile, seed 0, two factors
+
+``--quick`` runs the smoke profile's settings and the hinge form only (on a smoke run's root the former are
+its FullRun's Trains, reused), so it proves the study's path in seconds, not its figures.
 """
 
 from __future__ import annotations
@@ -66,7 +71,14 @@ FACTORS: list[tuple[str, str, tuple[str, ...], dict[str, Any]]] = [
 ]
 
 
-def planned_trains(root: str, profile: str, seeds: list[int]) -> list[tuple[str, str, str, int, Train]]:
+#: the factors of ``--quick``
+QUICK_FACTORS = ("profile", "angular form")
+
+
+def planned_trains(
+    root: str, profile: str, seeds: list[int], factors: tuple[str, ...] | None = None
+) -> list[tuple[str, str, str, int, Train]]:
+    """Every (factor, setting, variant, seed) run of ``factors`` (default: all of them) and its Train."""
     return [
         (
             factor,
@@ -76,6 +88,7 @@ def planned_trains(root: str, profile: str, seeds: list[int]) -> list[tuple[str,
             Train(run_root=root, profile=profile, variant=variant, seed=seed, point=overrides),
         )
         for factor, setting, variants, overrides in FACTORS
+        if factors is None or factor in factors
         for variant in variants
         for seed in seeds
     ]
@@ -139,7 +152,10 @@ def summarise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per factor setting and variant, means over seeds: validation rsum (top of the ranking), 5-way R@1 and
     median rank (its bulk, both directions averaged); and angular minus triplet for each."""
     rows = []
+    measured = {(record["factor"], record["setting"]) for record in records}
     for factor, setting, variants, _ in FACTORS:
+        if (factor, setting) not in measured:
+            continue
         row: dict[str, Any] = {"factor": factor, "setting": setting}
         for variant in variants:
             runs = [
@@ -205,9 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write every run and the summary here")
     parser.add_argument("--markdown", type=Path, help="write the summary table here")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"the smoke profile, seed 0, factors {' and '.join(QUICK_FACTORS)} (a smoke test)"
+    )
     args = parser.parse_args(argv)
+    factors = None
+    if args.quick:
+        args.profile, args.seeds, factors = "smoke", [0], QUICK_FACTORS
 
-    planned = planned_trains(args.root, args.profile, args.seeds)
+    planned = planned_trains(args.root, args.profile, args.seeds, factors)
     if not luigi.build([train for *_, train in planned], local_scheduler=True, workers=args.workers):
         print("some Train failed: see the log above", file=sys.stderr)
         return 1

@@ -14,6 +14,9 @@ With no ``--bundle``, the run root's (``--run-root``, default ``runs``) Train of
 original are audited: the model never trained on them. Any bundle and clean table instead:
 
     python benchmarks/bench_audit.py --bundle BUNDLE --table clean/pairs.csv --json out.json --markdown out.md
+    python benchmarks/bench_audit.py --quick --run-root R    # shares 5% and 10%, 3 seeds: a smoke test
+
+``--quick`` (3 corruption seeds, two shares) proves the command on any run root in seconds, not its figures.
 """
 
 from __future__ import annotations
@@ -130,7 +133,8 @@ def from_run_root(run_root: Path, variant: str, protocol: str, work: Path) -> tu
     return work / "bundle", split, truth
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
+    """Prints the tables; returns the JSON payload."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-root", default="runs", help="without --bundle: the run to take both from")
     parser.add_argument("--variant", default="ours")
@@ -150,7 +154,10 @@ def main() -> None:
     parser.add_argument("--name", default=None, help="the table's name in the results")
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="shares 0.05,0.1 and seeds 0,1,2 (a smoke test)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.shares, args.seeds = "0.05,0.1", "0,1,2"
     if args.bundle and (args.table is None) == (args.split_manifest is None):
         parser.error("with --bundle, give --table or --split-manifest (one of them)")
 
@@ -254,6 +261,7 @@ def main() -> None:
         "shares": results,
     }
     write_results(payload, markdown, args.json, args.markdown)
+    return payload
 
 
 if __name__ == "__main__":

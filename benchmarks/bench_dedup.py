@@ -8,7 +8,7 @@ checks both give the same clusters, and prints the speed ratio. It then times 1M
 only) and measures recall/precision against EXACT shingle Jaccard on a sample.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_dedup.py            # writes benchmarks/results/dedup.json
-    OMP_NUM_THREADS=1 python benchmarks/bench_dedup.py --quick    # 2k/10k docs, no 1M run
+    OMP_NUM_THREADS=1 python benchmarks/bench_dedup.py --quick    # 1k/2k docs once, no 1M run, no file unless --out
 """
 
 from __future__ import annotations
@@ -247,15 +247,16 @@ def speed(n_docs: int, seed: int, run_naive: bool, repeats: int) -> dict:
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes, no 1M run (a smoke test)")
+    parser.add_argument("--quick", action="store_true", help="1k and 2k docs timed once, no 1M run (a smoke test)")
     parser.add_argument("--no-million", action="store_true", help="skip the 1M-document timing")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    sizes = [2_000, 10_000] if args.quick else [10_000, 100_000]
+    parser.add_argument("--out", type=Path, default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    args = parser.parse_args(argv)
+    out = args.out or (None if args.quick else RESULTS)
+    sizes = [1_000, 2_000] if args.quick else [10_000, 100_000]
     results = {
         "scheme": MINHASH_SCHEME,
         "num_perm": NUM_PERM,
@@ -268,7 +269,7 @@ def main() -> None:
             "load_average_at_start": os.getloadavg(),
             "note": "shared machine: wall times include contention, total_cpu_s does not",
         },
-        "speed": [speed(n, seed=n, run_naive=True, repeats=3) for n in sizes],
+        "speed": [speed(n, seed=n, run_naive=True, repeats=1 if args.quick else 3) for n in sizes],
     }
     if not (args.quick or args.no_million):
         results["speed"].append(speed(1_000_000, seed=1, run_naive=False, repeats=1))
@@ -278,7 +279,7 @@ def main() -> None:
         (0.55, default_lsh_threshold(0.55)),  # verify a little below the target for recall
         (0.5, default_lsh_threshold(0.5)),
     ]
-    results["accuracy"] = accuracy_vs_exact(2_000 if args.quick else 20_000, seed=7, settings=settings)
+    results["accuracy"] = accuracy_vs_exact(1_000 if args.quick else 20_000, seed=7, settings=settings)
     for row in results["accuracy"]:
         bins = ", ".join(
             f"{k}: {v['recall']:.2f}"
@@ -292,9 +293,11 @@ def main() -> None:
             f"{row['link_precision_vs_exact']:.3f}; recall by Jaccard {bins}",
             flush=True,
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {args.out}")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2))
+        print(f"wrote {out}")
+    return results
 
 
 if __name__ == "__main__":

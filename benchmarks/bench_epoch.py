@@ -7,6 +7,7 @@ a ResNet-18 trunk trained end to end on 64 px pixels instead); runs are interlea
 reported.
 
     python benchmarks/bench_epoch.py [--pairs 1024] [--repeats 3] [--finetune --image-size 64]
+    python benchmarks/bench_epoch.py --quick     # 128 pairs, one repeat: seconds, a smoke test (no file unless --out)
 """
 
 from __future__ import annotations
@@ -73,14 +74,21 @@ def time_epoch(variant: str, mode: str, data: PairData, n_train: int, settings, 
         return trainer.fit().history[0]["train_seconds"]
 
 
-def main() -> None:
+RESULTS = "benchmarks/results/epoch.json"
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--finetune", action="store_true", help="ResNet-18 trained on pixels, not frozen")
-    parser.add_argument("--out", default="benchmarks/results/epoch.json")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="128 pairs, one repeat (a smoke test)")
+    parser.add_argument("--out", default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.pairs, args.repeats = 128, 1
+    out = args.out or (None if args.quick else RESULTS)
     # speed only: no validation scoring (selection by the validation loss)
     settings = replace(DEMO.train, image_size=args.image_size, selection="val_loss")
     if args.finetune:
@@ -108,8 +116,10 @@ def main() -> None:
         "ratio_vs_baseline": {case: value / baseline for case, value in medians.items()},
     }
     print(json.dumps({"median_seconds": medians, "ratio_vs_baseline": result["ratio_vs_baseline"]}, indent=2))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ training step with each. Blocks of the two are interleaved, so load from other p
 the table gives medians and the ratio. Both give the same states and gradients (``tests/test_recurrent.py``).
 
     python benchmarks/bench_gru.py                    # the demo's shapes: 200-d words, GRU 256, batch 64
+    python benchmarks/bench_gru.py --quick            # one block of 2 steps: seconds, a smoke test (no file)
 """
 
 from __future__ import annotations
@@ -48,12 +49,20 @@ def step_block(implementation, trainer, batches: list) -> float:
         return (time.perf_counter() - started) / len(batches)
 
 
-def main() -> None:
+RESULTS = "benchmarks/results/gru.json"
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a Luigi worker gets 1 here)")
-    parser.add_argument("--out", default="benchmarks/results/gru.json")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="one block of 2 steps and 2 GRU passes (a smoke test)")
+    parser.add_argument("--out", default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    args = parser.parse_args(argv)
+    steps, repeats = (2, 2) if args.quick else (10, 5)
+    if args.quick:
+        args.blocks = 1
+    out = args.out or (None if args.quick else RESULTS)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     gru = nn.GRU(200, 256, batch_first=True)
@@ -62,14 +71,14 @@ def main() -> None:
     implementations = {"nn.GRU (packed)": native, "models.recurrent": gru_final_states}
     times: dict[str, dict[str, list[float]]] = {"gru": {}, "step": {}}
     with tempfile.TemporaryDirectory() as work:
-        trainer = build_trainer(Path(work), torch.device("cpu"), n=64 * 10)
-        batches = list(trainer.loader(list(trainer.epoch_plans())[:10], trainer.host_batch))
+        trainer = build_trainer(Path(work), torch.device("cpu"), n=64 * steps)
+        batches = list(trainer.loader(list(trainer.epoch_plans())[:steps], trainer.host_batch))
         for implementation in implementations.values():  # warm-up
             gru_block(implementation, gru, words, lengths, 2)
             step_block(implementation, trainer, batches[:2])
         for _ in range(args.blocks):
             for name, implementation in implementations.items():
-                times["gru"].setdefault(name, []).append(gru_block(implementation, gru, words, lengths, 5))
+                times["gru"].setdefault(name, []).append(gru_block(implementation, gru, words, lengths, repeats))
                 times["step"].setdefault(name, []).append(step_block(implementation, trainer, batches))
     result = {"threads": args.threads, "blocks": args.blocks, "median_ms": {}, "native_vs_recurrent": {}}
     print("| measured | nn.GRU (packed) ms | models.recurrent ms | ratio |\n|---|---|---|---|")
@@ -79,8 +88,10 @@ def main() -> None:
         result["median_ms"][what] = {name: round(value, 1) for name, value in medians.items()}
         result["native_vs_recurrent"][what] = round(ratio, 2)
         print(f"| {label} | {medians['nn.GRU (packed)']:.1f} | {medians['models.recurrent']:.1f} | {ratio:.2f}x |")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 if __name__ == "__main__":

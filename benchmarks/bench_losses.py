@@ -2,6 +2,7 @@
 pytorch-metric-learning equivalent where one exists, measured in the same run.
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/bench_losses.py [--repeats 7] [--batches 64 256]
+    python benchmarks/bench_losses.py --quick     # batch 20, D 32, one repeat: seconds, a smoke test (no file)
 
 Each loss is built with its default parameters and given the first keyword batch it accepts: plain pairs
 (every row its own group, one sampled neighbor per row) or grouped pairs (five captions per image, the
@@ -235,7 +236,10 @@ def format_row(row: dict) -> str:
     return text
 
 
-def main() -> None:
+RESULTS = REPO_ROOT / "benchmarks" / "results" / "losses.json"
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--dim", type=int, default=256)
@@ -243,8 +247,12 @@ def main() -> None:
     parser.add_argument(
         "--memory-limit-gib", type=float, default=6.0, help="address-space growth cap; 0 = none"
     )
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "losses.json")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="batch 20, D 32, one repeat (a smoke test)")
+    parser.add_argument("--output", type=Path, default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batches, args.dim, args.repeats = [4 * CAPTIONS_PER_IMAGE], 32, 1
+    output = args.output or (None if args.quick else RESULTS)
     if args.repeats < 1 or args.dim < 1 or min(args.batches) < 2 * CAPTIONS_PER_IMAGE:
         parser.error(f"need --repeats >= 1, --dim >= 1 and batches >= {2 * CAPTIONS_PER_IMAGE}")
     limit_address_space(args.memory_limit_gib)
@@ -269,9 +277,11 @@ def main() -> None:
         "statistic": "median forward+backward wall time, ms",
         "seconds": round(time.time() - started, 1),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.output}")
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(result, indent=2))
+        print(f"wrote {output}")
+    return result
 
 
 if __name__ == "__main__":

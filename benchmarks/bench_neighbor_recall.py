@@ -3,6 +3,7 @@ vectors of a table a run built (a NeighborTables ``index.ann`` holds them): reca
 recall@10 for the pool the training draws i' from, the query time, and what the whole table would take.
 
     python benchmarks/bench_neighbor_recall.py RUN_ROOT/NeighborTables/<id>/index.ann --json out.json
+    python benchmarks/bench_neighbor_recall.py --quick INDEX   # k 20, 5 and 10 trees, 50 queries: a smoke test
 
 Measured on the text table of a 100k-pair run (docs/scaling.md, "Neighbor tables at size"); it sets the paper
 profile's ``neighbors.search_k``.
@@ -73,7 +74,7 @@ def recall_grid(
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("index", type=Path, help="a NeighborTables index.ann (neighbors.json beside it)")
     parser.add_argument("--k", type=int, default=200)
@@ -81,7 +82,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--factors", default="1,4,16", help="multiples of Annoy's default search_k (trees * k)")
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--quick", action="store_true", help="k 20, trees 5,10, factors 1,4, 50 queries (a smoke test)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.k, args.trees, args.factors, args.queries = 20, "5,10", "1,4", 50
     rows = recall_grid(
         stored_vectors(args.index),
         args.k,
@@ -91,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return rows
 
 
 if __name__ == "__main__":

@@ -185,40 +185,50 @@ def format_table(summary: dict[str, Any]) -> str:
 
 
 def stage_tasks(stage: str, size: int, run_root: Path, profile: str) -> list[Any]:
-    """The Luigi tasks of ``stage`` at ``size`` pairs, in the order they run (upstream first)."""
-    from pipeline.tasks.data import Deduplicate, PrepareDataset, PrepareShard, Split
+    """The Luigi tasks of ``stage`` at ``size`` pairs, in the order they run (upstream first).
+
+    Every stage's tasks are taken from what the last stage's task (the SearchIndex of ``ours``) requires, so
+    all of them carry the one run plan that task resolves: a task built alone resolves a plan of its own (a
+    Split alone compares the paper's grid, a Train its own variant), and a PrepareDataset of one plan requires
+    the PrepareShard of that plan, not a PrepareShard another stage built under another."""
+    from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
     from pipeline.tasks.evaluation import Evaluate
-    from pipeline.tasks.representations import (
-        NeighborTables,
-        TrainDoc2Vec,
-        TrainWordVectors,
-        trunk_features_task,
-    )
+    from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec, TrainWordVectors
     from pipeline.tasks.search_index import SearchIndex
     from pipeline.tasks.training import Train
 
-    common = {
-        "profile": profile,
-        "dataset": "embedded",
-        "dataset_options": {"n_pairs": size},
-        "run_root": str(run_root),
-    }
-    trained = {**common, "variant": VARIANT, "seed": 0, "point": ONE_EPOCH}
-    split = Split(**common)
-    tasks = {
-        "validate_cache": lambda: [PrepareShard(**common), PrepareDataset(**common)],
-        "dedup": lambda: [Deduplicate(**common), split],
-        "doc2vec": lambda: [TrainDoc2Vec(**common)],
-        "word_vectors": lambda: [TrainWordVectors(**common)],
-        "text_neighbors": lambda: [NeighborTables(space="text", **common)],
-        "trunk_features": lambda: [trunk_features_task(split, split.settings.train, spatial=False)],
-        "image_neighbors": lambda: [NeighborTables(space="image", **common)],
-        "train_epoch": lambda: [Train(**trained)],
-        "evaluate": lambda: [Evaluate(**trained)],
-        "search_index": lambda: [SearchIndex(**trained)],
-    }
-    if stage not in tasks:
+    if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+    index = SearchIndex(
+        profile=profile,
+        dataset="embedded",
+        dataset_options={"n_pairs": size},
+        run_root=str(run_root),
+        variant=VARIANT,
+        seed=0,
+        point=ONE_EPOCH,
+    )
+    train = index.clone(Train)
+    prepared = index.clone(PrepareDataset)
+
+    def trunk_features() -> list[Any]:
+        features = train.requires().get("features")
+        if features is None:
+            raise ValueError(f"profile {profile!r} trains its trunk on pixels: no trunk_features stage to measure")
+        return [features]
+
+    tasks = {
+        "validate_cache": lambda: [*prepared.requires(), prepared],
+        "dedup": lambda: [index.clone(Deduplicate), index.clone(Split)],
+        "doc2vec": lambda: [index.clone(TrainDoc2Vec)],
+        "word_vectors": lambda: [index.clone(TrainWordVectors)],
+        "text_neighbors": lambda: [index.clone(NeighborTables, space="text")],
+        "trunk_features": trunk_features,
+        "image_neighbors": lambda: [index.clone(NeighborTables, space="image")],
+        "train_epoch": lambda: [train],
+        "evaluate": lambda: [index.clone(Evaluate)],
+        "search_index": lambda: [index],
+    }
     return tasks[stage]()
 
 

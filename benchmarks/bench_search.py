@@ -10,7 +10,7 @@ random vectors would have no neighborhoods to find and understate Annoy. Queries
 mixture. A query's latency is its embedding (the demo profile's model: GRU 256 for a text, EfficientNet-Lite0
 at 96 px + projection for a 64 px photo; random weights, which do not change the cost) plus the search.
 
-    python benchmarks/bench_search.py --quick                 # 2k and 10k items, a minute
+    python benchmarks/bench_search.py --quick                 # 2k and 10k items, 50 queries: seconds
     python benchmarks/bench_search.py --bundle B              # 10k and 1M, and the API's requests/s with B
     python benchmarks/bench_search.py --annoy-sweep           # Annoy's recall / latency by trees x search_k
     python benchmarks/bench_search.py --backends --sizes 100000,1000000 --json benchmarks/results/bench_backends.json
@@ -43,6 +43,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common.tokenizer import TOKENIZER_VERSION  # noqa: E402
 from models.backbones import build_trunk  # noqa: E402
 from models.encoders import EncoderConfig  # noqa: E402
 from models.registry import build_model  # noqa: E402
@@ -89,15 +90,18 @@ def demo_sized_embedder() -> Embedder:
     )
     model = build_model("vse", config, None).eval()
     trunk = build_trunk("efficientnet_lite0", False).eval()
+    # the parts of an exported bundle's manifest that serving's Embedder reads (serving/bundle.py)
     manifest = {
         "image": {
+            "backbone": "efficientnet_lite0",
+            "trunk": "frozen",
             "cache_size": 64,
             "image_size": 96,
             "features": "pooled",
             "mean": trunk.mean,
             "std": trunk.std,
         },
-        "text": {"max_tokens": 64},
+        "text": {"max_tokens": 64, "tokenizer_version": TOKENIZER_VERSION},
         "embedding": {"width": WIDTH, "per_item": 1},
     }
     return Embedder(Bundle(path=Path("."), manifest=manifest, model=model, trunk=trunk, vocab=vocab))
@@ -284,7 +288,8 @@ def markdown(results: dict) -> str:
     """The results as the tables of benchmarks/results/bench_search.md and docs/serving.md."""
     lines = [
         f"Machine: {results['machine']}, torch threads {results['torch_threads']}, one BLAS thread (as "
-        "`crossmodal` runs). Latencies in ms over 300 queries; a query = its embedding + the search.",
+        f"`crossmodal` runs). Latencies in ms over {results['sizes'][0]['queries']} queries; a query = its embedding + "
+        "the search.",
         "",
         "| items | backend | recall@10 | search p50 / p99 | text query p50 / p99 | image query p50 / p99 | build |",
         "|---|---|---|---|---|---|---|",
@@ -326,9 +331,9 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2k and 10k items only")
+    parser.add_argument("--quick", action="store_true", help="2k and 10k items, 50 queries (a smoke test)")
     parser.add_argument("--bundle", help="a bundle for the API's requests/s (skipped without one)")
     parser.add_argument("--api-seconds", type=float, default=20.0)
     parser.add_argument("--out", help="write the results as JSON here (and as Markdown beside it, .md)")
@@ -342,7 +347,7 @@ def main() -> None:
     parser.add_argument("--json", help="--backends: write the rows here (Markdown and PNG plots beside it)")
     parser.add_argument("--hnsw", help='--backends: HNSW builds and ef_search values, "M:efC:ef,ef;M:efC:ef"')
     parser.add_argument("--pq", help='--backends: PQ scan builds and re-rank sizes, "dims_per_code:rerank,rerank;..."')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.backends:
         from benchmarks.bench_backends import HNSW_GRID, PQ_GRID, run
 
@@ -352,14 +357,14 @@ def main() -> None:
             out = Path(args.json) if args.json else None
             queries = 100 if args.quick else args.queries
             run(sizes, queries, out, Path(tmp), args.hnsw or HNSW_GRID, args.pq or PQ_GRID)
-        return
+        return {}
     if args.render:
         print(markdown(json.loads(Path(args.render).read_text())), end="")
-        return
+        return {}
     if args.annoy_sweep:
         with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
             annoy_sweep(1_000_000, Path(tmp))
-        return
+        return {}
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     embedder = demo_sized_embedder()
     results: dict = {
@@ -368,11 +373,11 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
         sizes = [2_000, 10_000] if args.quick else [10_000, 1_000_000]
-        results["sizes"] = [bench_size(n, 300, embedder, Path(tmp)) for n in sizes]
+        results["sizes"] = [bench_size(n, 50 if args.quick else 300, embedder, Path(tmp)) for n in sizes]
         curve = (
             [2_000, 10_000, 30_000] if args.quick else [10_000, 30_000, 100_000, 200_000, 300_000, 1_000_000]
         )
-        results["exact_search_by_size"] = exact_curve(curve, 100)
+        results["exact_search_by_size"] = exact_curve(curve, 30 if args.quick else 100)
         annoy_p99 = results["sizes"][-1]["annoy_search"]["p99_ms"]
         faster = [row["items"] for row in results["exact_search_by_size"] if row["p99_ms"] <= annoy_p99]
         # the size up to which exact search answers within Annoy's p99 (at its recall-matched settings)
@@ -388,6 +393,7 @@ def main() -> None:
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
         Path(args.out).with_suffix(".md").write_text(markdown(results))
+    return results
 
 
 if __name__ == "__main__":

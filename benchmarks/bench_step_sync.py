@@ -12,6 +12,7 @@ shared machine falls on both alike; the table gives the median per-step time of 
 
     python benchmarks/bench_step_sync.py                 # the demo's CPU shapes (frozen 1280-d features, GRU 256)
     python benchmarks/bench_step_sync.py --blocks 10 --steps 20
+    python benchmarks/bench_step_sync.py --quick         # one block of 3 steps: seconds, a smoke test (no file)
 """
 
 from __future__ import annotations
@@ -97,12 +98,19 @@ def run_block(trainer: Trainer, batches: list, per_step_sync: bool) -> float:
     return (time.perf_counter() - started) / len(batches)
 
 
-def main() -> None:
+RESULTS = "benchmarks/results/step_sync.json"
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=6, help="interleaved blocks of each loop")
     parser.add_argument("--steps", type=int, default=20, help="training steps per block")
-    parser.add_argument("--out", default="benchmarks/results/step_sync.json")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="one block of 3 steps (a smoke test)")
+    parser.add_argument("--out", default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.blocks, args.steps = 1, 3
+    out = args.out or (None if args.quick else RESULTS)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory() as work:
         trainer = build_trainer(Path(work), device, n=64 * args.steps)
@@ -125,8 +133,10 @@ def main() -> None:
     for name, value in result["median_ms_per_step"].items():
         print(f"| {name} | {value} |")
     print(f"per-step sync / no sync: {result['per_step_sync_vs_no_sync']}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Measured in one run, on the same synthetic uint8 cache:
 
     python benchmarks/bench_train_throughput.py                  # CPU: a small default (64 px, batch 16)
     python benchmarks/bench_train_throughput.py --image-size 224 --batch-size 64 --steps 50 --processes 2
+    python benchmarks/bench_train_throughput.py --quick          # 32 px, batch 8, 2 steps: a smoke test (no file)
 
 On CUDA the defaults are the paper's sizes (224 px, batch 64, 50 timed steps after 10 warm-up steps).
 Writes ``benchmarks/results/train_throughput.json``.
@@ -208,7 +209,10 @@ def worker(args) -> None:
         Path(args.worker_out).write_text(json.dumps({"images_per_second": rate}))
 
 
-def main() -> None:
+RESULTS = "benchmarks/results/train_throughput.json"
+
+
+def main(argv: list[str] | None = None) -> dict:
     on_cuda = torch.cuda.is_available()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image-size", type=int, default=224 if on_cuda else 64)
@@ -217,12 +221,18 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10 if on_cuda else 1)
     parser.add_argument("--pairs", type=int, default=2048 if on_cuda else 256, help="synthetic cache rows")
     parser.add_argument("--processes", type=int, default=1, help="also time N processes under torchrun")
-    parser.add_argument("--out", default="benchmarks/results/train_throughput.json")
+    parser.add_argument(
+        "--quick", action="store_true", help="32 px, batch 8, 2 timed steps on 96 rows, on any device (a smoke test)"
+    )
+    parser.add_argument("--out", default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.worker_out:
         worker(args)
-        return
+        return {}
+    if args.quick:
+        args.image_size, args.batch_size, args.steps, args.warmup, args.pairs = 32, 8, 2, 1, 96
+    out = args.out or (None if args.quick else RESULTS)
     device = torch.device("cuda" if on_cuda else "cpu")
     settings = settings_for(args)
     data = synthetic_pairs(args.pairs, args.image_size, settings.max_text_tokens)
@@ -269,8 +279,10 @@ def main() -> None:
             "no GPU here; on one, run: python benchmarks/bench_train_throughput.py --processes 2 "
             "(defaults there: ResNet-50, 224 px, batch 64, 50 steps)"
         )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ features (cosine kNN among the images: how much of the topic a frozen trunk expo
 with the same for raw pixels as the floor. Ratios are against the 64 px run of the same process.
 
     python benchmarks/bench_trunk_resolution.py [--n-pairs 3000] [--backbone efficientnet_lite0]
+    python benchmarks/bench_trunk_resolution.py --quick    # 200 pairs at 64 and 96 px: seconds, a smoke test
 """
 
 from __future__ import annotations
@@ -31,13 +32,18 @@ def topic_precision_at_10(features: np.ndarray, topics: np.ndarray) -> float:
     return float((topics[top] == topics[:, None]).mean())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Prints the table; returns its rows (resolution, images/s, topic P@10)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-pairs", type=int, default=3000)
     parser.add_argument("--backbone", default="efficientnet_lite0")
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 96, 128, 160])
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="200 pairs at 64 and 96 px (a smoke test)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n_pairs, args.sizes = 200, [64, 96]
     torch.set_num_threads(2)
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         result = build(None, Path(tmp) / "raw", n_pairs=args.n_pairs, seed=0)
         manifest = result.manifest.merge(result.ground_truth[["pair_id", "topic"]], on="pair_id")
@@ -58,11 +64,14 @@ def main() -> None:
             features = np.concatenate(list(batches))
             rate = len(images) / (time.perf_counter() - started)
             baseline_rate = baseline_rate or rate
+            precision = topic_precision_at_10(features, topics)
+            rows.append({"image_size": size, "images_per_second": rate, "topic_precision_at_10": precision})
             print(
                 f"{args.backbone} @ {size:3d} px (ImageNet weights: {loaded}): {rate:7.1f} img/s "
                 f"({rate / baseline_rate:.2f}x of {args.sizes[0]} px), topic P@10 "
-                f"{topic_precision_at_10(features, topics):.3f}"
+                f"{precision:.3f}"
             )
+    return rows
 
 
 if __name__ == "__main__":

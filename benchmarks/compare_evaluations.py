@@ -6,6 +6,9 @@ given them), e.g. Ours with in-batch neighbors against Ours with neighbors as ex
 
     python benchmarks/compare_evaluations.py --run-root runs \\
         --a ours '{"train": {"neighbor_mode": "extra_rows"}}' --b ours '{}'
+    python benchmarks/compare_evaluations.py --quick --run-root R --a ours '{}' --b ang_np_sym '{}'
+
+``--quick``: 200 bootstrap resamples instead of 2,000 (seconds; intervals then only roughly placed).
 """
 
 from __future__ import annotations
@@ -40,24 +43,30 @@ def outcomes(run_root: Path, variant: str, overrides: dict) -> dict[str, dict[in
     return found
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, dict]:
+    """Prints one line per outcome; returns the bootstrap results by outcome."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-root", type=Path, default=Path("runs"))
     parser.add_argument("--a", nargs=2, metavar=("VARIANT", "OVERRIDES"), required=True)
     parser.add_argument("--b", nargs=2, metavar=("VARIANT", "OVERRIDES"), required=True)
     parser.add_argument("--resamples", type=int, default=2000)
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="200 resamples (a smoke test)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.resamples = 200
     a = outcomes(args.run_root, args.a[0], json.loads(args.a[1]))
     b = outcomes(args.run_root, args.b[0], json.loads(args.b[1]))
     print(
         f"A = {args.a[0]} {args.a[1]} seeds {sorted(a['i2t'])}; B = {args.b[0]} {args.b[1]} seeds {sorted(b['i2t'])}"
     )
+    results = {}
     for name in a:
-        r = paired_bootstrap_items_and_seeds(a[name], b[name], args.resamples, seed=0)
+        results[name] = r = paired_bootstrap_items_and_seeds(a[name], b[name], args.resamples, seed=0)
         print(
             f"{name:9s} A {r['method_mean']:.4f}  B {r['baseline_mean']:.4f}  A−B {r['difference']:+.4f} "
             f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]  MDE {r['mde']:.4f}  p {r['p_value']:.4f}"
         )
+    return results
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ near-duplicate copies would leak their original into the test share, so both are
 Run ``python -m benchmarks.embedded_guessability --n-pairs 5500`` from the repository root to print the
 figures as JSON (they are quoted in ``docs/datasets/embedded.md``). It is an analysis of the generator, not a
 recipe, so it lives here rather than in ``data_recipes``; ``tests/test_embedded.py`` checks the card's claim
-with it on a small build.
+with it on a small build. ``--quick`` (400 pairs at 32 px) proves the command in seconds, not the figures.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import json
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -185,19 +186,24 @@ def topic_guessability(
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Build the embedded dataset and print its topic guessability as JSON."""
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Build the embedded dataset and print its topic guessability as JSON (and return it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-pairs", type=int, default=DEFAULT_N_PAIRS)
     parser.add_argument("--seed", type=int, default=0, help="dataset seed (the split uses seed 0)")
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--work-dir", type=Path, default=None, help="where images go (default: a temp dir)")
+    parser.add_argument("--quick", action="store_true", help="400 pairs at 32 px (a smoke test)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.n_pairs, args.image_size = 400, 32
     with tempfile.TemporaryDirectory() as scratch:
         work_dir = args.work_dir or Path(scratch)
         result = build(None, work_dir, n_pairs=args.n_pairs, seed=args.seed, image_size=args.image_size)
         figures = topic_guessability(result)
-    print(json.dumps({"n_pairs": args.n_pairs, "seed": args.seed, **figures}, indent=2))
+    out = {"n_pairs": args.n_pairs, "seed": args.seed, **figures}
+    print(json.dumps(out, indent=2))
+    return out
 
 
 if __name__ == "__main__":

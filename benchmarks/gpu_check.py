@@ -156,7 +156,8 @@ def failed(name: str, result: dict) -> bool:
     return False
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Exits 0 when every part ran and passed, 1 otherwise, 2 without CUDA or ``--cpu-lane``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default=None, help="which parts, e.g. a,b (default a,b,c,d)")
     parser.add_argument("--bf16", action="store_true", help="also part e, the bf16-vs-fp32 check")
@@ -173,7 +174,7 @@ def main() -> None:
     parser.add_argument("--paper-pairs", type=int, default=2000, help="embedded pairs of part c's paper run")
     parser.add_argument("--run-timeout", type=float, default=420)
     parser.add_argument("--out", default="benchmarks/results/gpu_check.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     if not cuda and not args.cpu_lane:
         print("gpu_check: no CUDA device here; run it on a machine with a GPU (or --cpu-lane)", file=sys.stderr)

@@ -9,6 +9,7 @@ re-illustrated) goes to ``ground_truth.csv`` beside it, which the pipeline never
 
     python benchmarks/make_pairs_table.py --out work/pairs_table --n-pairs 3000 --seed 11 --reillustrate 0.4
     luigi --module pipeline FullRun --dataset pairs --raw-dir work/pairs_table/pairs.csv --protocol both
+    python benchmarks/make_pairs_table.py --quick --out /tmp/pairs_table    # 120 pairs: a smoke test
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def make_table(
     return path
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--n-pairs", type=int, default=3000)
@@ -74,18 +75,21 @@ def main() -> None:
     parser.add_argument("--reillustrate", type=float, default=0.4, help="share of pairs given another picture of their topic")
     parser.add_argument("--boilerplate-share", type=float, default=0.05, help="site notices (0: none)")
     parser.add_argument("--near-duplicate-share", type=float, default=0.05, help="republished copies (0: none)")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="120 pairs (a smoke test)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n_pairs = 120
     args.out.mkdir(parents=True, exist_ok=True)
-    print(
-        make_table(
-            args.out.resolve(),
-            args.n_pairs,
-            args.seed,
-            args.reillustrate,
-            boilerplate_share=args.boilerplate_share,
-            near_duplicate_share=args.near_duplicate_share,
-        )
+    path = make_table(
+        args.out.resolve(),
+        args.n_pairs,
+        args.seed,
+        args.reillustrate,
+        boilerplate_share=args.boilerplate_share,
+        near_duplicate_share=args.near_duplicate_share,
     )
+    print(path)
+    return path
 
 
 if __name__ == "__main__":

@@ -26,6 +26,11 @@ e.g. with ``--protocol shared --variants '["ang_np_sym"]' --seeds '[0]'``).
         --grid '{"ang_np_sym": {"train.learning_rate": [3e-4, 1e-3, 3e-3], "angular.alpha_degrees": [36, 45]}}' \\
         --seeds 0,1,2 --json benchmarks/results/selection_metric_study.json \\
         --markdown benchmarks/results/selection_metric_study.md
+    python benchmarks/selection_metric_study.py --quick --root R     # a smoke test on a smoke run's root
+
+``--quick``: the smoke profile, Ang+NP+Sym at two learning rates x seeds 0 and 1, two epochs, in this process
+(``QUICK_GRID``; its epoch ranks under ``<root>/_selection_study_quick``): the study's path in a minute, not its
+figures.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ from evaluation.selection_metrics import QueryRanks, candidate_metrics
 
 #: the order of the table's columns
 METRICS = ("val_nway_r1", "val_auc", "val_mrr", "val_medr", "val_rsum")
+#: ``--quick``: two settings (a between-setting spread needs two) of one variant
+QUICK_GRID = {"ang_np_sym": {"train.learning_rate": [1e-3, 3e-3]}}
 
 
 def grid_points(space: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
@@ -241,25 +248,36 @@ def markdown(report: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default="runs", help="run root holding the dataset's upstream outputs")
     parser.add_argument("--profile", default="demo")
     parser.add_argument("--dataset", default="embedded")
     parser.add_argument("--raw-dir", default="")
-    parser.add_argument("--grid", required=True, help='{"variant": {"<train or loss>.<name>": [values]}}')
+    parser.add_argument("--grid", help='{"variant": {"<train or loss>.<name>": [values]}} (required without --quick)')
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--epochs", type=int, default=20, help="every run's epochs (no early stopping)")
     parser.add_argument("--patience", type=int, default=3, help="early stopping simulated on each metric")
     parser.add_argument("--n-way", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--cache", default=None, help="folder of the per-run epoch ranks (default: <root>/_selection_study)")
+    parser.add_argument("--workers", type=int, default=2, help="training processes (1: in this process)")
+    parser.add_argument(
+        "--cache",
+        default=None,
+        help="folder of the per-run epoch ranks (default: <root>/_selection_study; --quick's: <root>/_selection_study_quick)",
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
     parser.add_argument("--title", default="Validation metrics: spread between settings against noise")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="the smoke profile, QUICK_GRID, seeds 0,1, 2 epochs (a smoke test)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.profile, args.seeds, args.epochs, args.patience, args.workers = "smoke", "0,1", 2, 1, 1
+        args.grid = args.grid or json.dumps(QUICK_GRID)
+    if args.grid is None:
+        parser.error("--grid is required (or --quick)")
 
-    cache = Path(args.cache or Path(args.root) / "_selection_study")
+    # a run's cache name is its variant, point and seed: --quick's (other profile, epochs) never meets a study's
+    cache = Path(args.cache or Path(args.root) / ("_selection_study_quick" if args.quick else "_selection_study"))
     cache.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",")]
     grid = json.loads(args.grid)
@@ -283,9 +301,13 @@ def main() -> None:
                         "dataset": dataset,
                     }
                 )
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        for message in pool.imap_unordered(train_one, jobs):
-            print(message, flush=True)
+    if args.workers <= 1:  # no worker process to start (each would import torch and the pipeline again)
+        for job in jobs:
+            print(train_one(job), flush=True)
+    else:
+        with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+            for message in pool.imap_unordered(train_one, jobs):
+                print(message, flush=True)
     runs = {}
     for name, key in keys.items():
         with np.load(cache / f"{name}.npz") as saved:
@@ -305,6 +327,7 @@ def main() -> None:
     text = markdown(report, args.title)
     print(text)
     write_results(payload, text, args.json, args.markdown)
+    return payload
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ registered for this process only. Only the validation split is read.
 
     python benchmarks/tuning_stability.py --root runs --trial-seeds 2,3 --json benchmarks/results/tuning_seeds.json
     python benchmarks/tuning_stability.py --root runs --full-trials --json benchmarks/results/tuning_halving.json
+    python benchmarks/tuning_stability.py --quick --root R --trial-seeds 2   # a smoke test on a smoke run's root
+
+``--quick``: the smoke profile's tuning of Ang+NP+Sym alone, one worker (on a smoke run's root the first tuning
+is its FullRun's, reused): the comparison's path, not its figures.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ def tune(root: str, profile: str, variant: str, dataset: dict[str, Any], changes
     return Tune(profile=profile, variant=variant, run_root=root, set=changes, **dataset)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default="runs")
     parser.add_argument("--profile", default="demo")
@@ -45,7 +49,10 @@ def main() -> None:
     how.add_argument("--full-trials", action="store_true", help="no successive halving in the repeat")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="the smoke profile, ang_np_sym only, one worker (a smoke test)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.profile, args.variants, args.workers = "smoke", "ang_np_sym", 1
 
     base = PROFILES[args.profile]
     if args.trial_seeds:
@@ -86,9 +93,11 @@ def main() -> None:
             f"  |  {point_label(row['repeat_choice'])}{' (tie)' if row['repeat_tie'] else ''}"
             f"  {'same' if row['same'] else 'differs'}"
         )
+    result = {"repeat": what, "same": same, "variants": rows}
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"repeat": what, "same": same, "variants": rows}, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 if __name__ == "__main__":

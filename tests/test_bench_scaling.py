@@ -1,4 +1,5 @@
-"""The scaling benchmark's fitting, projections and JSON shape, on hand-made measurements (no pipeline run)."""
+"""The scaling benchmark's fitting, projections and JSON shape on hand-made measurements; its stages' tasks
+(one run plan for all of them); and a run of its first two stages at toy sizes through its child processes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from benchmarks.bench_scaling import (
     main,
     parse_sizes,
     project,
+    stage_tasks,
     summarize,
 )
 
@@ -113,3 +115,42 @@ def test_one_size_is_refused_before_any_work(capsys):
     with pytest.raises(SystemExit):
         main(["--sizes", "32k,32000", "--stages", "dedup"])
     assert "at least two different sizes" in capsys.readouterr().err
+
+
+# --- the stages' tasks and a run through the child processes ------------------------------------------------
+
+
+def test_every_stage_requires_only_what_it_or_an_earlier_stage_builds(tmp_path):
+    """The stages run one per process, each finding its upstream on disk: every task a stage builds must
+    require only tasks of an earlier stage or earlier in its own list, which holds when all of them carry one
+    run plan (at 7285da5 validate_cache's PrepareDataset required a PrepareShard of another plan than the
+    one the stage built, and the first stage failed)."""
+    import luigi
+
+    built: set[str] = set()
+    plans = set()
+    for stage in STAGES:
+        for task in stage_tasks(stage, 300, tmp_path / "runs", "smoke"):
+            missing = [u.task_id for u in luigi.task.flatten(task.requires()) if u.task_id not in built]
+            assert not missing, f"{stage}: {task.task_id} requires {missing}, which no earlier stage builds"
+            built.add(task.task_id)
+            plans.add(task.plan_id)
+    assert len(plans) == 1
+    assert not (tmp_path / "runs").exists()  # planning alone writes nothing
+
+
+@pytest.mark.slow
+def test_the_first_stages_run_in_their_own_processes(tmp_path, capsys):
+    """``bench_scaling.py`` end to end at toy sizes (~45 s on two busy cores: four child processes): the two
+    stages at two sizes each, the second stage finding the first's outputs from another process."""
+    out = tmp_path / "scaling.json"
+    main(["--profile", "smoke", "--sizes", "150,300", "--stages", "validate_cache,dedup", "--json", str(out)])
+    summary = json.loads(out.read_text())
+    assert list(summary["stages"]) == ["validate_cache", "dedup"] and summary["run"]["sizes"] == [150, 300]
+    tasks = {"validate_cache": {"PrepareShard", "PrepareDataset"}, "dedup": {"Deduplicate", "Split"}}
+    for stage, entry in summary["stages"].items():
+        assert entry["sizes"] == [150, 300] and all(seconds > 0 for seconds in entry["seconds"])
+        assert all(set(timed) == tasks[stage] for timed in entry["task_seconds"])
+        assert all(peak >= base for peak, base in zip(entry["peak_rss_mb"], entry["baseline_rss_mb"], strict=True))
+    assert all(seconds > 0 for seconds in summary["stages"]["validate_cache"]["generator_seconds"])
+    assert "| validate_cache |" in capsys.readouterr().out
