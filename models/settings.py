@@ -15,6 +15,8 @@ ADDED_AFTER_1_0 = "added_after_1_0"
 def added_setting(default: Any) -> Any:
     """A settings field added after 1.0: hashed into an output's identity only when it is not ``default``."""
     return field(default=default, metadata={ADDED_AFTER_1_0: True})
+
+
 #: how the sampled neighbor i' of Eq. 5 reaches a batch (models.batching)
 NEIGHBOR_MODES = ("in_batch", "extra_rows")
 
