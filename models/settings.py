@@ -6,8 +6,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from common.registry import Registry
+from evaluation.selection_metrics import SELECTION_METRICS, SelectionMetric
+from models.acceleration import AMP_MODES
+from models.batching import NEIGHBOR_MODES, NeighborMode
 
-AMP_MODES = ("auto", "off", "bf16", "fp16")
 #: a field's metadata key: the setting came after 1.0, so its default (what earlier runs did) is not hashed
 ADDED_AFTER_1_0 = "added_after_1_0"
 
@@ -15,8 +17,6 @@ ADDED_AFTER_1_0 = "added_after_1_0"
 def added_setting(default: Any) -> Any:
     """A settings field added after 1.0: hashed into an output's identity only when it is not ``default``."""
     return field(default=default, metadata={ADDED_AFTER_1_0: True})
-#: how the sampled neighbor i' of Eq. 5 reaches a batch (models.batching)
-NEIGHBOR_MODES = ("in_batch", "extra_rows")
 
 
 @dataclass(frozen=True)
@@ -79,38 +79,6 @@ BATCHNORM_MODES.add("frozen", BatchNormMode("frozen", batch_statistics=False))
 
 
 @dataclass(frozen=True)
-class SelectionCriterion:
-    """A validation score a run's best checkpoint and early stopping follow (its values are computed by
-    ``evaluation.selection_metrics`` or, for ``val_loss``, by the trainer)."""
-
-    name: str
-    higher_is_better: bool
-    #: scores how the validation split's pairs rank (a scorer computes it from their embeddings), not the loss
-    ranks_pairs: bool = True
-    #: its score is an n-way task's (``selection_n_way``): the validation split must hold n items per query
-    n_way: bool = False
-
-    def better(self, value: float, than: float) -> bool:
-        return value > than if self.higher_is_better else value < than
-
-
-#: what early stopping and the best checkpoint follow: a retrieval metric of the validation split (the
-#: expected n-way R@1, the bulk of the ranking that non-literal data is judged by; AUC; MRR; median rank; the
-#: rsum R@1 + R@5 + R@10 of both directions, VSE++'s and PVSE's criterion on literal data) or the validation
-#: loss (the paper's §3.3; not comparable across loss families)
-SELECTION_METRICS: Registry[SelectionCriterion] = Registry("selection metric")
-for _criterion in (
-    SelectionCriterion("val_nway_r1", True, n_way=True),
-    SelectionCriterion("val_auc", True),
-    SelectionCriterion("val_mrr", True),
-    SelectionCriterion("val_medr", False),
-    SelectionCriterion("val_rsum", True),
-    SelectionCriterion("val_loss", False, ranks_pairs=False),
-):
-    SELECTION_METRICS.add(_criterion.name, _criterion)
-
-
-@dataclass(frozen=True)
 class TrainSettings:
     """Optimisation of §3.3: Adam 1e-4, weight decay 1e-5, batch 64, plateau decay x0.1 after 5 epochs."""
 
@@ -145,7 +113,7 @@ class TrainSettings:
     trunk_learning_rate_scale: float = added_setting(1.0)
     #: stop when the selection metric has not improved for this many epochs (None: run every epoch)
     early_stopping_patience: int | None = None
-    #: what early stopping and ``model_best.pt`` follow (:data:`SELECTION_METRICS`); the plateau LR decay
+    #: what early stopping and ``model_best.pt`` follow (``evaluation.selection_metrics``); the plateau LR decay
     #: always follows the validation loss (§3.3). docs/protocols.md says which metric each profile uses, and why
     selection: str = "val_loss"
     #: the validation metrics rank at most this many validation pairs (a fixed sample of whole groups above it)
@@ -194,9 +162,9 @@ class TrainSettings:
         if not self.trunk_learning_rate_scale > 0:
             raise ValueError(f"trunk_learning_rate_scale must be > 0, got {self.trunk_learning_rate_scale}")
         if self.neighbor_mode not in NEIGHBOR_MODES:
-            raise ValueError(f"neighbor_mode must be one of {NEIGHBOR_MODES}, got {self.neighbor_mode!r}")
+            raise ValueError(NEIGHBOR_MODES.unknown_message(self.neighbor_mode))
         if self.amp not in AMP_MODES:
-            raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
+            raise ValueError(f"amp: {AMP_MODES.unknown_message(self.amp)}")
         if self.selection not in SELECTION_METRICS:
             raise ValueError(SELECTION_METRICS.unknown_message(self.selection))
         if self.selection_n_way < 2:
@@ -214,7 +182,7 @@ class TrainSettings:
             )
 
     @property
-    def selection_criterion(self) -> SelectionCriterion:
+    def selection_metric(self) -> SelectionMetric:
         return SELECTION_METRICS.get(self.selection)
 
     @property
@@ -224,6 +192,10 @@ class TrainSettings:
     @property
     def batchnorm_mode(self) -> BatchNormMode:
         return BATCHNORM_MODES.get(self.trunk_batchnorm)
+
+    @property
+    def neighbors(self) -> NeighborMode:
+        return NEIGHBOR_MODES.get(self.neighbor_mode)
 
     @property
     def world_size(self) -> int:

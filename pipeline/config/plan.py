@@ -295,7 +295,7 @@ def check_training(name: str, t: TrainSettings) -> None:
             f"variant {name}: train.horizontal_flip needs pixels, but train.trunk={t.trunk} trains on cached trunk "
             "features: set train.horizontal_flip=false"
         )
-    if t.selection_criterion.n_way and t.selection_max_pairs < t.selection_n_way:
+    if t.selection_metric.n_way and t.selection_max_pairs < t.selection_n_way:
         raise RunConfigurationError(
             f"variant {name}: train.selection_max_pairs ({t.selection_max_pairs}) is below the n-way task it "
             f"selects by (train.selection_n_way {t.selection_n_way}): raise it"

@@ -342,7 +342,7 @@ def check_split_fits(split: Split) -> None:
 def split_needs(plan: RunPlan) -> dict[str, int]:
     """The n of the n-way task each split is scored by: checkpoint selection on val (the largest any variant
     of the run selects by), the report's on test; 2 (a pair and one other item) where none is."""
-    selecting = [t for t in (plan.train_settings(name) for name in plan.variants) if t.selection_criterion.n_way]
+    selecting = [t for t in (plan.train_settings(name) for name in plan.variants) if t.selection_metric.n_way]
     return {"train": 2, "val": max([t.selection_n_way for t in selecting], default=2), "test": plan.settings.eval.n_way}
 
 

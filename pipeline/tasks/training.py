@@ -347,7 +347,7 @@ class Train(VariantParams, PipelineTask):
         losses = spec.build_losses()
         val_positions = np.flatnonzero(split == "val")
         scorer = None
-        if t.selection_criterion.ranks_pairs:
+        if t.selection_metric.ranks_pairs:
             val_order = validation_order(val_positions, data.group_ids)
             scorer = ValidationScorer(
                 data.group_ids[val_order],
