@@ -25,8 +25,10 @@ import torch
 from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
 from models.vse import VSEModel
-from pipeline.config.profiles import DEMO
+from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import VARIANTS
+
+DEMO = PROFILES.get("demo").settings()
 
 FROZEN_FEATURE_DIM = 1280  # EfficientNet-Lite0's pooled features
 

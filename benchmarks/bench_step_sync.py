@@ -32,8 +32,10 @@ from models.losses.checks import value_checks
 from models.training import PairData, Trainer
 from models.training.step import StepLog
 from models.vse import VSEModel
-from pipeline.config.profiles import DEMO
+from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import VARIANTS
+
+DEMO = PROFILES.get("demo").settings()
 
 VOCAB, WORD_DIM, FEATURES = 5000, 200, 1280
 

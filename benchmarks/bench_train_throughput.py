@@ -39,8 +39,10 @@ from models.distributed import init_from_environment
 from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
 from models.vse import VSEModel
-from pipeline.config.profiles import PAPER
+from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import VARIANTS
+
+PAPER = PROFILES.get("paper").settings()
 
 VOCAB, WORD_DIM = 5000, 200
 #: every speed setting off: the loop as it was before issue 13

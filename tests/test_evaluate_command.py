@@ -12,9 +12,11 @@ import pandas as pd
 import pytest
 
 from pipeline import Evaluate
-from pipeline.config.profiles import SMOKE
+from pipeline.config.profiles import PROFILES
 from serving.bundle import MANIFEST_FILE
 from serving.cli import main
+
+SMOKE = PROFILES.get("smoke").settings()
 
 pytestmark = pytest.mark.slow
 

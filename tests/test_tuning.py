@@ -14,12 +14,14 @@ import pytest
 
 from pipeline import FullRun, Train, TrainDoc2Vec
 from pipeline.config.checks import RunConfigurationError
-from pipeline.config.profiles import SMOKE
+from pipeline.config.profiles import PROFILES
 from pipeline.config.variant_spec import SearchSpace
 from pipeline.config.variants import VARIANTS
 from pipeline.steps.tuning import choose
 from pipeline.tasks.tuning import Tune
 from tests.luigi_runs import build
+
+SMOKE = PROFILES.get("smoke").settings()
 
 pytestmark = pytest.mark.slow
 

@@ -9,6 +9,7 @@ import numpy as np
 from gensim.models.doc2vec import Doc2Vec, TaggedDocument
 
 from common.hashing import stable_string_hash
+from common.settings import at_least, check_declared, one_of, setting
 from models.doc2vec import infer_vectors
 
 
@@ -16,14 +17,17 @@ from models.doc2vec import infer_vectors
 class Doc2VecSettings:
     """gensim Doc2Vec, distributed memory with hierarchical softmax (paper §3.3)."""
 
-    vector_size: int = 200
-    window: int = 20
-    min_count: int = 20
-    epochs: int = 20
-    dm: int = 1
-    hs: int = 1
-    negative: int = 0
-    infer_epochs: int = 20
+    vector_size: int = setting(200, "dimension of the document vectors (the semantic space Ω)", at_least(1))
+    window: int = setting(20, "words of context on each side of a word", at_least(1))
+    min_count: int = setting(20, "a word rarer than this in the train texts is dropped", at_least(1))
+    epochs: int = setting(20, "passes over the train texts", at_least(1))
+    dm: int = setting(1, "1: distributed memory (PV-DM, the paper's); 0: distributed bag of words", one_of(0, 1))
+    hs: int = setting(1, "1: hierarchical softmax (the paper's); 0: none (then negative > 0)", one_of(0, 1))
+    negative: int = setting(0, "noise words drawn per word for negative sampling (0: none)", at_least(0))
+    infer_epochs: int = setting(20, "passes inferring the vector of a text outside the train split", at_least(1))
+
+    def __post_init__(self) -> None:
+        check_declared(self)
 
 
 def train_doc2vec(train_tokens: Sequence[list[str]], settings: Doc2VecSettings, seed: int) -> Doc2Vec:

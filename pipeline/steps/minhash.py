@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from datasketch import MinHash
 
+from pipeline.steps.dedup_settings import DEFAULTS
+
 MINHASH_SCHEME = "affine32"
 EMPTY_HASH = np.uint32(0xFFFFFFFF)
 # Shingles per numpy batch: the permuted batch is shingles x num_perm uint32 (~32 MiB at 128).
@@ -30,7 +32,7 @@ def normalise_for_dedup(text: str) -> list[str]:
     return _PUNCTUATION.sub("", str(text).lower()).split()
 
 
-def text_shingles(text: str, shingle_size: int = 3) -> list[str]:
+def text_shingles(text: str, shingle_size: int = DEFAULTS.shingle_size) -> list[str]:
     """Distinct word ``shingle_size``-grams of the normalised text, in order of first appearance.
 
     A text with fewer words than ``shingle_size`` is represented by its words, so short texts are
@@ -75,7 +77,7 @@ def _batches(texts: Sequence[str], shingle_size: int) -> Iterator[tuple[int, lis
 
 
 def minhash_signatures(
-    texts: Sequence[str], num_perm: int = 128, seed: int = 1, shingle_size: int = 3
+    texts: Sequence[str], num_perm: int = DEFAULTS.num_perm, seed: int = 1, shingle_size: int = DEFAULTS.shingle_size
 ) -> np.ndarray:
     """MinHash signatures uint32 [N, num_perm] of the texts' shingle sets.
 

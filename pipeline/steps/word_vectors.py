@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from gensim.models import Word2Vec
 
+from common.settings import at_least, check_declared, setting
 from pipeline.steps.text import UNK, stable_string_hash
 
 
@@ -15,11 +16,14 @@ from pipeline.steps.text import UNK, stable_string_hash
 class WordVectorSettings:
     """Word2Vec on the target dataset's train texts, to initialise the GRU's embeddings."""
 
-    vector_size: int = 200
-    window: int = 5
-    min_count: int = 5
-    epochs: int = 10
-    max_vocab: int = 50_000
+    vector_size: int = setting(200, "dimension of the word vectors (the GRU's input)", at_least(1))
+    window: int = setting(5, "words of context on each side of a word", at_least(1))
+    min_count: int = setting(5, "a word rarer than this in the train texts is unknown to the GRU", at_least(1))
+    epochs: int = setting(10, "passes over the train texts", at_least(1))
+    max_vocab: int = setting(50_000, "the most frequent words kept", at_least(1))
+
+    def __post_init__(self) -> None:
+        check_declared(self)
 
 
 def train_word_vectors(

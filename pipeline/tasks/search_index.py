@@ -63,7 +63,7 @@ class SearchIndex(VariantParams, PipelineTask):
             "split": "test",
             "bundle_format": BUNDLE_FORMAT_VERSION,
             "index_format": INDEX_FORMAT_VERSION,
-            "image_cache_size": self.settings.image_cache_size,
+            "image_cache_size": self.settings.data.image_cache_size,
             **({"protocol": "tuned"} if self.tuned else {}),
         }
 

@@ -15,12 +15,13 @@ from luigi.freezing import recursively_unfreeze
 from torch import nn
 
 from common.files import atomic_path
+from common.settings import significant
 from common.tokenizer import TOKENIZER_VERSION
 from data_recipes.manifest import image_ids, integer_group_ids
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
 from models.encoders import EncoderConfig
 from models.registry import needs_spatial_features
-from models.settings import TrainSettings, significant_settings
+from models.settings import TrainSettings
 from models.trained import (
     RECORD_FILE,
     ModelRecord,
@@ -214,7 +215,7 @@ class Train(VariantParams, PipelineTask):
         return {
             "variant": variant,
             # speed-only settings (loader threads, pinning, layout) are left out: they never change the model
-            "train": significant_settings(self.train_settings()),
+            "train": significant(self.train_settings()),
             "neighbor_sample_k": self.settings.neighbors.sample_k if spec.neighbor_source else None,
             "seed": self.seed,
         }
