@@ -1,6 +1,6 @@
 """Every setting of a run reachable by one path, changed by ``--set path=value`` (repeatable) and swept by
-``--sweep path=v1,v2,...``: the paths are the tree of :class:`pipeline.config.run_settings.RunSettings`,
-and a profile's differences are applied the same way.
+``--sweep path=v1,v2,...``: the paths are the tree of :class:`pipeline.config.run_settings.RunSettings`
+(``python -m pipeline settings`` lists them), and a profile's differences are applied the same way.
 
     data.recipe  data.raw_dir  data.shards  data.seed      (--dataset, --raw-dir, --shards, --data-seed)
     data.image_cache_size  data.reject_budget  data.options.<recipe option>
@@ -35,6 +35,8 @@ from pipeline.config.run_settings import VARIANT_KEYS, RunSettings, settable_nam
 from pipeline.config.variant_spec import merge_overrides
 
 EVERY_VARIANT = "*"
+#: where a mistyped path sends the reader
+LISTED_BY = "python -m pipeline settings lists every path"
 
 
 def did_you_mean(name: str, valid: Iterable[str]) -> str:
@@ -44,7 +46,9 @@ def did_you_mean(name: str, valid: Iterable[str]) -> str:
 
 def unknown(what: str, name: str, valid: Iterable[str]) -> RunConfigurationError:
     valid = sorted(valid)
-    return RunConfigurationError(f"{what} has no setting {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}")
+    return RunConfigurationError(
+        f"{what} has no setting {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)} ({LISTED_BY})"
+    )
 
 
 def read_value(text: str) -> Any:
