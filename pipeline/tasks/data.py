@@ -40,7 +40,7 @@ from pipeline.steps.dedup_quality import dedup_precision_recall
 from pipeline.steps.lsh_store import load_dedup_index, save_dedup_index
 from pipeline.steps.splits import SPLIT_SALT, assign_splits
 from pipeline.steps.stacking import CONTENT_HASH, stack_shards
-from pipeline.tasks.params import PipelineTask
+from pipeline.tasks.base import PipelineTask
 
 #: what every dataset task writes: the manifest of the pairs it keeps (``cache_row`` into the image cache)
 MANIFEST_OUTPUT = {"manifest": "manifest.parquet"}

@@ -21,8 +21,8 @@ from models.inference import embed_pairs
 from pipeline.engine.gpus import task_device
 from pipeline.engine.outputs import save_array, write_json
 from pipeline.engine.task import HashedTask
+from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
-from pipeline.tasks.params import PipelineTask
 from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.training import (
     Train,

@@ -18,9 +18,9 @@ import pandas as pd
 
 from pipeline.engine.gpus import task_device
 from pipeline.engine.task import HashedTask
+from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.data import PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import PipelineTask
 from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.training import Train, VariantParams
 from pipeline.tasks.tuning import TunedRuns

@@ -27,9 +27,9 @@ from pipeline.config.checks import RunConfigurationError
 from pipeline.config.variant_spec import merge_overrides
 from pipeline.engine.outputs import save_text, write_json
 from pipeline.engine.task import HashedTask
+from pipeline.tasks.base import PipelineTask, VariantChoice
 from pipeline.tasks.data import Split
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import PipelineTask, VariantChoice
 from pipeline.tasks.report import load_run
 from pipeline.tasks.training import Train
 from pipeline.tasks.tuning import Tune, final_run

@@ -50,8 +50,8 @@ from pipeline.engine.task import HashedTask
 from pipeline.engine.torchrun import TorchrunJob, run_with_torchrun
 from pipeline.steps.selection import ValidationScorer, save_ranks
 from pipeline.steps.text import encode_texts, tokenize
+from pipeline.tasks.base import IdentityIntParameter, PipelineTask, VariantChoice
 from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
-from pipeline.tasks.params import IdentityIntParameter, PipelineTask, VariantChoice
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
 
 #: the module torchrun runs in each process of a data-parallel Train (it rebuilds the Train from its parameters)

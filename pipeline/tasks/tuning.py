@@ -38,8 +38,8 @@ from pipeline.steps.tuning import (
     seed_mean,
     walk_schedule,
 )
+from pipeline.tasks.base import PipelineTask, VariantChoice
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import PipelineTask, VariantChoice
 from pipeline.tasks.training import Train
 
 
