@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from result_files import write_results
 
 from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
@@ -118,9 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio_vs_baseline": {case: value / baseline for case, value in medians.items()},
     }
     print(json.dumps({"median_seconds": medians, "ratio_vs_baseline": result["ratio_vs_baseline"]}, indent=2))
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results(result, "", out, None)
     return result
 
 

@@ -10,7 +10,6 @@ the table gives medians and the ratio. Both give the same states and gradients (
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from models.recurrent import gru_final_states
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_step_sync import build_trainer  # noqa: E402
+from result_files import write_results  # noqa: E402
 
 
 def native(gru: nn.GRU, packed) -> torch.Tensor:
@@ -88,9 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
         result["median_ms"][what] = {name: round(value, 1) for name, value in medians.items()}
         result["native_vs_recurrent"][what] = round(ratio, 2)
         print(f"| {label} | {medians['nn.GRU (packed)']:.1f} | {medians['models.recurrent']:.1f} | {ratio:.2f}x |")
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results(result, "", out, None)
     return result
 
 

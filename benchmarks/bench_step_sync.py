@@ -18,7 +18,6 @@ shared machine falls on both alike; the table gives the median per-step time of 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from dataclasses import replace
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from result_files import write_results
 
 from models.encoders import EncoderConfig
 from models.losses.checks import value_checks
@@ -135,9 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name, value in result["median_ms_per_step"].items():
         print(f"| {name} | {value} |")
     print(f"per-step sync / no sync: {result['per_step_sync_vs_no_sync']}")
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results(result, "", out, None)
     return result
 
 

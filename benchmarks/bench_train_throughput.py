@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from result_files import write_results
 
 from models.distributed import init_from_environment
 from models.encoders import EncoderConfig
@@ -281,9 +282,7 @@ def main(argv: list[str] | None = None) -> dict:
             "no GPU here; on one, run: python benchmarks/bench_train_throughput.py --processes 2 "
             "(defaults there: ResNet-50, 224 px, batch 64, 50 steps)"
         )
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results(result, "", out, None)
     return result
 
 
