@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from result_files import write_results
+from result_files import add_out_option, out_path, write_results
 
 from models.distributed import init_from_environment
 from models.encoders import EncoderConfig
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--quick", action="store_true", help="32 px, batch 8, 2 timed steps on 96 rows, on any device (a smoke test)"
     )
-    parser.add_argument("--out", default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    add_out_option(parser, RESULTS)
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker_out:
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     if args.quick:
         args.image_size, args.batch_size, args.steps, args.warmup, args.pairs = 32, 8, 2, 1, 96
-    out = args.out or (None if args.quick else RESULTS)
+    out = out_path(args, RESULTS)
     device = torch.device("cuda" if on_cuda else "cpu")
     settings = settings_for(args)
     data = synthetic_pairs(args.pairs, args.image_size, settings.max_text_tokens)

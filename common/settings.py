@@ -140,6 +140,13 @@ def setting(
     return dataclasses.field(default=default, metadata={SETTING: info})
 
 
+def redeclared(cls: type, name: str, default: Any) -> Any:
+    """Field ``name`` of settings class ``cls`` with another default, for a subclass of it: its description, range
+    and kind stay the ones ``cls`` declares."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return dataclasses.field(default=default, metadata=field.metadata)
+
+
 def section(cls: type, description: str) -> Any:
     """A field holding a settings class (a group of the tree, reached as ``<name>.<field>``)."""
     return dataclasses.field(default_factory=cls, metadata={SETTING: SettingInfo(description)})

@@ -75,17 +75,6 @@ def damage(path: Path, how: str) -> None:
         path.write_text({"not JSON": "{not json", "cut in half": text[: len(text) // 2], "empty": "", "[]": "[]"}[how])
 
 
-@pytest.fixture
-def spawn_mode():
-    """Every network task produces in a process of its own, as on a GPU host (``--network-tasks-process spawn``)."""
-    config = luigi.configuration.get_config()
-    config.set("network_tasks", "process", "spawn")
-    try:
-        yield
-    finally:
-        config.remove_option("network_tasks", "process")
-
-
 def output_files(task: HashedTask) -> dict[str, object]:
     """Every declared output of ``task``, read back (arrays as arrays: an ``.npz`` zip records its own time)."""
     read: dict[str, object] = {}

@@ -121,7 +121,9 @@ class RunSettings:
     )
     #: --variant-overrides is the same, as JSON; a variant's table row is pipeline/config/variants.py
     variants: dict[str, dict[str, Any]] = setting(
-        {}, "the run's changes to variants: variants.<variant or *>.<loss or train>.<name>, .neighbor_source, .label"
+        {},
+        "the run's changes to one variant or (*) every variant: <loss>.<parameter> (every variant with that loss), "
+        "train.<setting>, model_options.<option>, neighbor_source (text, image or null), label (one variant's)",
     )
 
     def __post_init__(self) -> None:
@@ -135,15 +137,6 @@ class RunSettings:
         return dataclasses.asdict(getattr(self, name))
 
 
-#: the paths under ``variants.``, each a row of the listing: the key of a variant's changes it sets (``<loss>``: any
-#: loss of the variant) and what it means; the values are checked when the variant is built
-VARIANT_PATHS = (
-    ("variants.<variant or *>.<loss>.<parameter>", "<loss>", "a loss parameter of one variant, or of every variant with that loss"),
-    ("variants.<variant or *>.train.<setting>", "train", "one variant's (or every variant's) training settings, as train.*"),
-    ("variants.<variant or *>.neighbor_source", "neighbor_source", "where a variant's neighbors i' come from: text, image or null"),
-    ("variants.<variant>.label", "label", "the variant's name in the report"),
-    ("variants.<variant or *>.model_options.<option>", "model_options", "an option of the variant's model"),
-)
 #: what a variant change may reach besides its losses
 VARIANT_KEYS = ("train", "model_options", "neighbor_source", "label")
 #: the open mappings a path reaches into, by their field's path: the key's placeholder
@@ -189,13 +182,9 @@ def _rows(node: Any, prefix: str) -> Iterator[SettingRow]:
             yield from _rows(value, f"{path}.")
             continue
         if path == "variants":
-            for shown, target, description in VARIANT_PATHS:
-                changed = {
-                    variant: {key: item for key, item in changes.items() if key == target or (target == "<loss>" and key not in VARIANT_KEYS)}
-                    for variant, changes in value.items()
-                }
-                changed = {variant: item for variant, item in changed.items() if item}
-                yield SettingRow(shown, changed, "checked when the variant is built", "significant", description)
+            path = "variants.<variant or *>.<setting>"
+            accepts = "checked when the variant is built (its losses' parameters, train.*, model options)"
+            yield SettingRow(path, value, accepts, "significant", info.description)
             continue
         kind = "operational" if info.operational else "significant" + (" when not the default" if info.added_after_1_0 else "")
         accepts = info.choices_text() or type_name(hints[field.name])
@@ -204,8 +193,7 @@ def _rows(node: Any, prefix: str) -> Iterator[SettingRow]:
 
 
 def setting_rows(settings: RunSettings) -> list[SettingRow]:
-    """Every path of the tree, once, with ``settings``' value at it (the ``variants.*`` paths with the run's
-    changes to variants), in the tree's order."""
+    """Every path of the tree, once, with ``settings``' value at it, in the tree's order."""
     return list(_rows(settings, ""))
 
 

@@ -45,12 +45,13 @@ def markdown_table(rows: Sequence[SettingRow]) -> str:
     """The table of docs/usage.md: every path with its default, what it accepts, its kind and its description."""
 
     def cell(text: str) -> str:
-        return text.replace("|", "\\|")
+        """Plain text in a table cell: a pipe would end the cell, an angle bracket open an HTML tag."""
+        return text.replace("|", "\\|").replace("<", "\\<")
 
     lines = ["| path | default | accepts | kind | what it is |", "|---|---|---|---|---|"]
     for row in rows:
         kind = row.kind + ("" if row.settable else ", profile only")
-        lines.append(f"| `{row.path}` | `{cell(shown(row.value))}` | {cell(row.accepts)} | {kind} | {cell(row.description)} |")
+        lines.append(f"| `{row.path}` | `{shown(row.value)}` | {cell(row.accepts)} | {kind} | {cell(row.description)} |")
     return "\n".join(lines)
 
 

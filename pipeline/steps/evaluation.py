@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from common.settings import at_least, between, check_declared, each, setting
 
@@ -32,3 +33,7 @@ class EvalSettings:
 
     def __post_init__(self) -> None:
         check_declared(self)
+
+    def test_split_options(self) -> dict[str, Any]:
+        """What ``evaluation.evaluate.evaluate_test_split`` takes of these: all but the report's bootstrap."""
+        return {name: value for name, value in asdict(self).items() if name != "bootstrap_resamples"}

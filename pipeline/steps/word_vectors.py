@@ -8,22 +8,16 @@ from dataclasses import dataclass
 import numpy as np
 from gensim.models import Word2Vec
 
-from common.settings import at_least, check_declared, setting
-from pipeline.steps.text import UNK, stable_string_hash
+from common.settings import at_least, setting
+from pipeline.steps.text import UNK, GensimSettings
 
 
 @dataclass(frozen=True)
-class WordVectorSettings:
-    """Word2Vec on the target dataset's train texts, to initialise the GRU's embeddings."""
+class WordVectorSettings(GensimSettings):
+    """Word2Vec on the target dataset's train texts, to initialise the GRU's embeddings (a word rarer than
+    ``min_count`` is unknown to the GRU)."""
 
-    vector_size: int = setting(200, "dimension of the word vectors (the GRU's input)", at_least(1))
-    window: int = setting(5, "words of context on each side of a word", at_least(1))
-    min_count: int = setting(5, "a word rarer than this in the train texts is unknown to the GRU", at_least(1))
-    epochs: int = setting(10, "passes over the train texts", at_least(1))
     max_vocab: int = setting(50_000, "the most frequent words kept", at_least(1))
-
-    def __post_init__(self) -> None:
-        check_declared(self)
 
 
 def train_word_vectors(
@@ -38,14 +32,8 @@ def train_word_vectors(
         raise ValueError("no train texts to learn word vectors from")
     model = Word2Vec(
         sentences=[list(tokens) for tokens in train_tokens],
-        vector_size=settings.vector_size,
-        window=settings.window,
-        min_count=settings.min_count,
-        epochs=settings.epochs,
-        seed=seed,
-        workers=1,
-        hashfxn=stable_string_hash,
         max_final_vocab=settings.max_vocab,
+        **settings.gensim_options(seed),
     )
     words = list(model.wv.index_to_key)
     if not words:

@@ -85,6 +85,11 @@ def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[P
     return data, manifest
 
 
+def pair_inputs(task: PipelineTask) -> dict[str, HashedTask]:
+    """What a task that embeds the pairs reads them from: the split manifest, the prepared images, the vocabulary."""
+    return {"split": task.clone(Split), "prepared": task.clone(PrepareDataset), "words": task.clone(TrainWordVectors)}
+
+
 def trunk_inputs(task: VariantParams, t: TrainSettings) -> dict[str, HashedTask]:
     """The cached trunk features a frozen-trunk variant trains and is evaluated on (nothing when fine-tuned)."""
     if not t.trunk_mode.cached_features:
@@ -197,11 +202,7 @@ class Train(VariantParams, PipelineTask):
         return self.train_settings().world_size == 1 and super().runs_in_own_process()
 
     def requires(self) -> dict[str, HashedTask]:
-        required = {
-            "split": self.clone(Split),
-            "prepared": self.clone(PrepareDataset),
-            "words": self.clone(TrainWordVectors),
-        }
+        required = pair_inputs(self)
         source = self.variant_spec().neighbor_source
         if source:
             required["neighbors"] = self.clone(NeighborTables, space=source)
