@@ -3,7 +3,7 @@ changes what is computed (significant) or only how fast (operational), whether i
 one-line description (:func:`setting`). Everything else reads the declaration: a settings object refuses a value
 out of range when it is made (:func:`check_declared`, called by each class's ``__post_init__``), the hash keeps
 the significant fields (:func:`significant`), and the run's settings tree lists, checks and documents its paths
-from it (``pipeline.config.settings_tree``).
+from it (:mod:`pipeline.config.run_settings`).
 
 Only the standard library: every package declares its settings with it (``common`` is the bottom layer).
 """
@@ -11,7 +11,7 @@ Only the standard library: every package declares its settings with it (``common
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,23 +172,10 @@ class SettingValueError(ValueError):
         super().__init__(f"{name}: {refusal}")
 
 
-def violations(settings: Any, prefix: str = "") -> Iterator[SettingValueError]:
-    """Every declared field of ``settings`` (a settings object, nested groups included) whose value its limit
-    refuses, as errors naming the field's path."""
-    for field in dataclasses.fields(settings):
-        value = getattr(settings, field.name)
-        path = f"{prefix}{field.name}"
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            yield from violations(value, f"{path}.")
-            continue
-        limit = info_of(field).limit
-        if limit is not None and not limit.accepts(value):
-            yield SettingValueError(path, limit.refusal(value))
-
-
 def check_declared(settings: Any) -> None:
-    """Raise the first of :func:`violations` of ``settings``' own fields (a settings class's ``__post_init__``
-    calls it, so no settings object holds a value out of its range)."""
+    """Raise a :class:`SettingValueError` for the first field of ``settings`` its range refuses (a settings class's
+    ``__post_init__`` calls it, so no settings object holds a value out of its range: a nested group was checked
+    when it was made)."""
     for field in dataclasses.fields(settings):
         limit = info_of(field).limit
         value = getattr(settings, field.name)
