@@ -110,8 +110,8 @@ class ImageEncoder(nn.Module):
     ) -> None:
         super().__init__()
         mode = trunk_mode(trunk)
-        #: the model takes the trunk's cached output (features, or the map under its trained stages), not pixels
-        self.frozen = mode.cached_features
+        #: pixels (the whole trunk trains), not the trunk's cached output (its features, or the map under its
+        #: trained stages)
         self.takes_pixels = not mode.cached_features
         #: BatchNorm layers of the trained trunk part use their running statistics in training too
         #: (``train.trunk_batchnorm="frozen"``; set by the model's builder)

@@ -107,3 +107,13 @@ def test_the_bf16_check_runs_end_to_end_at_toy_size(tmp_path):
         assert a["test_5way_r1"] == b["test_5way_r1"] and a["curves"] == b["curves"]
         assert len(a["curves"]["val_nway_r1"]) == 2 and a["n_way"] == 5
     assert result["comparison"]["same"] and json.loads((tmp_path / "bf16.json").read_text())["verdict"]
+
+
+def test_the_cuda_tests_are_collected_from_the_files_that_mark_them():
+    """Part (d) collects only the files that mark tests ``cuda``: a GPU host lacking a library another test file
+    imports (the API fuzzing's schemathesis) must not stop the CUDA tests with a collection error."""
+    from benchmarks.gpu_check import cuda_test_files
+
+    files = cuda_test_files()
+    assert "tests/test_cuda.py" in files
+    assert "tests/test_api_fuzz.py" not in files
