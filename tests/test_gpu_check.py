@@ -87,6 +87,7 @@ def test_a_family_without_outputs_fails(tmp_path):
 def test_the_runs_are_the_documented_commands(tmp_path):
     smoke = full_run_command("smoke", tmp_path, 4, 0, 0)
     assert smoke[1:6] == ["-m", "luigi", "--module", "pipeline", "FullRun"] and "--workers" in smoke
+    assert "train.pretrained=false" in smoke  # no weights to download on an offline GPU host
     paper = full_run_command("paper", tmp_path, None, 2000, 2)
     assert "--workers" not in paper  # the default workers (the package's Luigi defaults)
     assert "data.options.n_pairs=2000" in paper and "train.pretrained=false" in paper
