@@ -114,7 +114,7 @@ def test_a_trial_at_the_shared_settings_is_the_shared_run(smoke_run):
 def test_a_budget_above_a_search_space_is_refused_before_any_work(tmp_path):
     with pytest.raises(RunConfigurationError, match="tuning budget is 10 trials per variant but the search space"):
         FullRun(profile="smoke", run_root=str(tmp_path), set=("tuning.budget=10",))
-    with pytest.raises(RunConfigurationError, match=r"protocol must be one of \('shared', 'tuned', 'both'\), got 'tunned'"):
+    with pytest.raises(RunConfigurationError, match=r"^--protocol: must be one of shared, tuned, both, got 'tunned'$"):
         FullRun(profile="smoke", run_root=str(tmp_path), protocol="tunned")
 
 
