@@ -14,7 +14,6 @@ only) and measures recall/precision against EXACT shingle Jaccard on a sample.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -29,6 +28,8 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from result_files import add_out_option, out_path, write_results  # noqa: E402
 
 from pipeline.steps.dedup_quality import dedup_precision_recall  # noqa: E402
 from pipeline.steps.lsh_index import DedupIndex, default_lsh_threshold  # noqa: E402
@@ -253,9 +254,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--quick", action="store_true", help="1k and 2k docs timed once, no 1M run (a smoke test)")
     parser.add_argument("--no-million", action="store_true", help="skip the 1M-document timing")
-    parser.add_argument("--out", type=Path, default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    add_out_option(parser, RESULTS)
     args = parser.parse_args(argv)
-    out = args.out or (None if args.quick else RESULTS)
+    out = out_path(args, RESULTS)
     sizes = [1_000, 2_000] if args.quick else [10_000, 100_000]
     results = {
         "scheme": MINHASH_SCHEME,
@@ -293,10 +294,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"{row['link_precision_vs_exact']:.3f}; recall by Jaccard {bins}",
             flush=True,
         )
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2))
-        print(f"wrote {out}")
+    write_results(results, "", out, None)
     return results
 
 

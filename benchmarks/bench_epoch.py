@@ -21,12 +21,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from result_files import add_out_option, out_path, write_results
 
 from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
 from models.vse import VSEModel
-from pipeline.config.profiles import DEMO
+from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import VARIANTS
+
+DEMO = PROFILES.get("demo").settings()
 
 FROZEN_FEATURE_DIM = 1280  # EfficientNet-Lite0's pooled features
 
@@ -84,11 +87,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--finetune", action="store_true", help="ResNet-18 trained on pixels, not frozen")
     parser.add_argument("--quick", action="store_true", help="128 pairs, one repeat (a smoke test)")
-    parser.add_argument("--out", default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    add_out_option(parser, RESULTS)
     args = parser.parse_args(argv)
     if args.quick:
         args.pairs, args.repeats = 128, 1
-    out = args.out or (None if args.quick else RESULTS)
+    out = out_path(args, RESULTS)
     # speed only: no validation scoring (selection by the validation loss)
     settings = replace(DEMO.train, image_size=args.image_size, selection="val_loss")
     if args.finetune:
@@ -116,9 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio_vs_baseline": {case: value / baseline for case, value in medians.items()},
     }
     print(json.dumps({"median_seconds": medians, "ratio_vs_baseline": result["ratio_vs_baseline"]}, indent=2))
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results(result, "", out, None)
     return result
 
 

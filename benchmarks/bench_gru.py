@@ -10,7 +10,6 @@ the table gives medians and the ratio. Both give the same states and gradients (
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from models.recurrent import gru_final_states
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_step_sync import build_trainer  # noqa: E402
+from result_files import add_out_option, out_path, write_results  # noqa: E402
 
 
 def native(gru: nn.GRU, packed) -> torch.Tensor:
@@ -57,12 +57,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--blocks", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a Luigi worker gets 1 here)")
     parser.add_argument("--quick", action="store_true", help="one block of 2 steps and 2 GRU passes (a smoke test)")
-    parser.add_argument("--out", default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    add_out_option(parser, RESULTS)
     args = parser.parse_args(argv)
     steps, repeats = (2, 2) if args.quick else (10, 5)
     if args.quick:
         args.blocks = 1
-    out = args.out or (None if args.quick else RESULTS)
+    out = out_path(args, RESULTS)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     gru = nn.GRU(200, 256, batch_first=True)
@@ -88,9 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
         result["median_ms"][what] = {name: round(value, 1) for name, value in medians.items()}
         result["native_vs_recurrent"][what] = round(ratio, 2)
         print(f"| {label} | {medians['nn.GRU (packed)']:.1f} | {medians['models.recurrent']:.1f} | {ratio:.2f}x |")
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results(result, "", out, None)
     return result
 
 

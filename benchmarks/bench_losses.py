@@ -15,7 +15,6 @@ size instead. The table is printed and written as JSON to ``benchmarks/results/l
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import resource
 import statistics
@@ -30,6 +29,8 @@ import torch.nn.functional as F
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a plain script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
+
+from result_files import write_results  # noqa: E402
 
 from models.losses import LOSSES, LossPreconditionError, build_loss  # noqa: E402
 
@@ -277,10 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
         "statistic": "median forward+backward wall time, ms",
         "seconds": round(time.time() - started, 1),
     }
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(result, indent=2))
-        print(f"wrote {output}")
+    write_results(result, "", output, None)
     return result
 
 

@@ -103,6 +103,7 @@ def demo_sized_embedder() -> Embedder:
         },
         "text": {"max_tokens": 64, "tokenizer_version": TOKENIZER_VERSION},
         "embedding": {"width": WIDTH, "per_item": 1},
+        "model": {"model": "vse"},  # the model record's name: whether it attends over the trunk's map
     }
     return Embedder(Bundle(path=Path("."), manifest=manifest, model=model, trunk=trunk, vocab=vocab))
 

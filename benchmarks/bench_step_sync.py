@@ -18,7 +18,6 @@ shared machine falls on both alike; the table gives the median per-step time of 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from dataclasses import replace
@@ -26,14 +25,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from result_files import add_out_option, out_path, write_results
 
 from models.encoders import EncoderConfig
 from models.losses.checks import value_checks
 from models.training import PairData, Trainer
 from models.training.step import StepLog
 from models.vse import VSEModel
-from pipeline.config.profiles import DEMO
+from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import VARIANTS
+
+DEMO = PROFILES.get("demo").settings()
 
 VOCAB, WORD_DIM, FEATURES = 5000, 200, 1280
 
@@ -106,11 +108,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--blocks", type=int, default=6, help="interleaved blocks of each loop")
     parser.add_argument("--steps", type=int, default=20, help="training steps per block")
     parser.add_argument("--quick", action="store_true", help="one block of 3 steps (a smoke test)")
-    parser.add_argument("--out", default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    add_out_option(parser, RESULTS)
     args = parser.parse_args(argv)
     if args.quick:
         args.blocks, args.steps = 1, 3
-    out = args.out or (None if args.quick else RESULTS)
+    out = out_path(args, RESULTS)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory() as work:
         trainer = build_trainer(Path(work), device, n=64 * args.steps)
@@ -133,9 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name, value in result["median_ms_per_step"].items():
         print(f"| {name} | {value} |")
     print(f"per-step sync / no sync: {result['per_step_sync_vs_no_sync']}")
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results(result, "", out, None)
     return result
 
 

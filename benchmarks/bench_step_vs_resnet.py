@@ -38,7 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_train_throughput import build_trainer, compute_rate, synchronize, synthetic_pairs  # noqa: E402
 
 from models.acceleration import amp_dtype, autocast  # noqa: E402
-from pipeline.config.profiles import PAPER  # noqa: E402
+from pipeline.config.profiles import PROFILES  # noqa: E402
+
+PAPER = PROFILES.get("paper").settings()
 
 
 def bare_resnet_rate(

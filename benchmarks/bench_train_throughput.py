@@ -34,13 +34,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from result_files import add_out_option, out_path, write_results
 
 from models.distributed import init_from_environment
 from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
 from models.vse import VSEModel
-from pipeline.config.profiles import PAPER
+from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import VARIANTS
+
+PAPER = PROFILES.get("paper").settings()
 
 VOCAB, WORD_DIM = 5000, 200
 #: every speed setting off: the loop as it was before issue 13
@@ -224,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--quick", action="store_true", help="32 px, batch 8, 2 timed steps on 96 rows, on any device (a smoke test)"
     )
-    parser.add_argument("--out", default=None, help=f"the results JSON (default {RESULTS}; --quick: none)")
+    add_out_option(parser, RESULTS)
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker_out:
@@ -232,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     if args.quick:
         args.image_size, args.batch_size, args.steps, args.warmup, args.pairs = 32, 8, 2, 1, 96
-    out = args.out or (None if args.quick else RESULTS)
+    out = out_path(args, RESULTS)
     device = torch.device("cuda" if on_cuda else "cpu")
     settings = settings_for(args)
     data = synthetic_pairs(args.pairs, args.image_size, settings.max_text_tokens)
@@ -279,9 +282,7 @@ def main(argv: list[str] | None = None) -> dict:
             "no GPU here; on one, run: python benchmarks/bench_train_throughput.py --processes 2 "
             "(defaults there: ResNet-50, 224 px, batch 64, 50 steps)"
         )
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results(result, "", out, None)
     return result
 
 

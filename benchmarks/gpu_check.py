@@ -45,7 +45,9 @@ import gpu_check_runs  # noqa: E402
 from bench_train_throughput import build_trainer, synthetic_pairs  # noqa: E402
 from gpu_equality import cpu_floor, equality, safe_step_profile, static_vs_plain  # noqa: E402
 
-from pipeline.config.profiles import PAPER  # noqa: E402
+from pipeline.config.profiles import PROFILES  # noqa: E402
+
+PAPER = PROFILES.get("paper").settings()
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_CUDA = "no CUDA device was present: CPU lane only, no GPU figure"

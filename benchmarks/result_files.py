@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
 
 
-def write_results(payload: dict[str, Any], markdown: str, json_path: str | None, markdown_path: str | None) -> None:
+def write_results(
+    payload: dict[str, Any], markdown: str, json_path: str | Path | None, markdown_path: str | Path | None
+) -> None:
     """Write ``payload`` as indented JSON to ``json_path`` and ``markdown`` to ``markdown_path`` (each when
     given; folders made as needed)."""
     for path, text in ((json_path, json.dumps(payload, indent=2)), (markdown_path, markdown)):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(text + "\n")
+
+
+def add_out_option(parser: argparse.ArgumentParser, default: Path) -> None:
+    """``--out``: the results JSON (default ``default``; a ``--quick`` run writes none unless it is given)."""
+    parser.add_argument("--out", type=Path, default=None, help=f"the results JSON (default {default}; --quick: none)")
+
+
+def out_path(args: argparse.Namespace, default: Path) -> Path | None:
+    """Where the results go: ``--out``, else ``default``, except after ``--quick`` (which proves the path, not the
+    figures)."""
+    return args.out or (None if args.quick else default)

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 from result_files import write_results
 
-from evaluation.selection_metrics import QueryRanks, candidate_metrics
+from evaluation.selection_metrics import SELECTION_METRICS, QueryRanks, ValidationRanking
 
 #: the order of the table's columns
 METRICS = ("val_nway_r1", "val_auc", "val_mrr", "val_medr", "val_rsum")
@@ -141,7 +141,7 @@ def bootstrap_se(values: np.ndarray, statistic, resamples: int, rng: np.random.G
 
 def analyse(runs: dict[tuple[str, str, int], dict[str, np.ndarray]], n_way: int, patience: int | None) -> dict[str, Any]:
     """Per variant and metric: the spreads, separation and choice agreement (see the module docstring)."""
-    metrics = candidate_metrics(n_way)
+    metrics = SELECTION_METRICS
     rng = np.random.default_rng(0)
     report: dict[str, Any] = {}
     variants = sorted({variant for variant, _, _ in runs})
@@ -161,14 +161,15 @@ def analyse(runs: dict[tuple[str, str, int], dict[str, np.ndarray]], n_way: int,
                     if saved is None:
                         continue
                     n_epochs = len(saved["val_loss"])
-                    curve = np.array([metric.value(epoch_ranks(saved, e)) for e in range(1, n_epochs + 1)])
+                    curve = np.array([metric.value(ValidationRanking(epoch_ranks(saved, e), n_way)) for e in range(1, n_epochs + 1)])
                     epoch = selected_epoch(curve, metric.higher_is_better, patience)
                     best_epochs.append(epoch)
                     scores[i, j] = curve[epoch - 1]
                     ranks = epoch_ranks(saved, epoch)
-                    n_way_at[i, j] = metrics["val_nway_r1"].value(ranks)
+                    ranking = ValidationRanking(ranks, n_way)
+                    n_way_at[i, j] = metrics["val_nway_r1"].value(ranking)
                     if metric.per_query is not None:
-                        values = metric.per_query(ranks)
+                        values = metric.per_query(ranking)
                         item_se.append(float(np.std(values, ddof=1) / np.sqrt(len(values))))
                     else:  # the median: bootstrap the two directions' ranks together
                         stacked = np.stack([1 + ranks[d].above for d in ("i2t", "t2i")], axis=1)
@@ -200,7 +201,7 @@ def analyse(runs: dict[tuple[str, str, int], dict[str, np.ndarray]], n_way: int,
                     losses.append(float(fresh.max() - fresh[choice]))
                 regret[f"{size}_seed"] = float(np.mean(losses))
             per_metric[name] = {
-                "label": metric.label,
+                "label": metric.label_for(n_way),
                 "higher_is_better": metric.higher_is_better,
                 "scores": {setting: [None if np.isnan(v) else float(v) for v in row] for setting, row in zip(settings, scores, strict=True)},
                 "setting_means": {setting: float(m) for setting, m in zip(settings, means, strict=True)},

@@ -55,10 +55,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.profile, args.variants, args.workers = "smoke", "ang_np_sym", 1
 
     base = PROFILES[args.profile]
+    tuning = base.settings().tuning
     if args.trial_seeds:
         seeds = [int(s) for s in args.trial_seeds.split(",")]
         change = f"tuning.trial_seeds={seeds}"
-        what = f"trial seeds {seeds} instead of {list(base.tuning.trial_seeds)}"
+        what = f"trial seeds {seeds} instead of {list(tuning.trial_seeds)}"
     else:
         change = "tuning.rung_epochs=[]"
         what = "every trial trained to the end instead of successive halving"

@@ -18,17 +18,19 @@ out of ``eligible`` items of other groups.
 * ``rsum``: R@1 + R@5 + R@10 in percent, both directions (the field's criterion on literal data).
 
 Each metric's value is the mean of its two retrieval directions (image→text, text→image); a metric that is a
-mean over queries also gives per-query values (:meth:`SelectionMetric.per_query`), which a paired
-comparison of two settings on the same validation items resamples.
+mean over queries also gives per-query values (:attr:`SelectionMetric.per_query`), which a paired
+comparison of two settings on the same validation items resamples. Each metric is one entry of
+:data:`SELECTION_METRICS`, with its direction, what it needs and how it is called, and so is the validation loss.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from common.registry import Registry
 from evaluation.embeddings import as_unit_embeddings, chunk_rows, cross_modal_scores, group_codes
 
 DIRECTIONS = ("i2t", "t2i")
@@ -98,58 +100,97 @@ def expected_n_way_hits(ranks: QueryRanks, n_way: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class ValidationRanking:
+    """What a selection metric is computed from: the per-query ranks of both directions (``i2t``, ``t2i``), the n of
+    the expected n-way R@1, and, where the ranking knew the validation split's layout (several captions per
+    image), its full-ranking scores (:func:`evaluation.protocol.full_ranking`'s ``all``)."""
+
+    ranks: Mapping[str, QueryRanks]
+    n_way: int = 5
+    full_ranking: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True)
 class SelectionMetric:
-    """A validation metric by name: how to compute it from the two directions' ranks, and whether higher is
-    better. ``per_query`` (None for a metric that is no mean over queries, e.g. a median) gives one value per
-    validation pair (the two directions averaged; summed for the rsum), whose mean is the metric."""
+    """A score a run's best checkpoint, early stopping and a tuning's choice follow: its direction, what it needs,
+    how it is called, and how it is computed from a :class:`ValidationRanking` (``value``; None for the validation
+    loss, which the trainer computes). ``per_query`` (None for a metric that is no mean over queries) gives one
+    value per validation pair, which a paired comparison of two runs on the same items resamples."""
 
     name: str
+    #: what a report and a tuning's ``selection.json`` call it (``{n}``: the n-way task's n)
     label: str
+    #: what the progress display calls it on a training's line
+    progress_label: str
     higher_is_better: bool
-    value: Callable[[dict[str, QueryRanks]], float]
-    per_query: Callable[[dict[str, QueryRanks]], np.ndarray] | None = None
+    value: Callable[[ValidationRanking], float] | None = None
+    per_query: Callable[[ValidationRanking], np.ndarray] | None = None
+    #: its value is an n-way task's (``train.selection_n_way``): the validation split needs n items per query
+    n_way: bool = False
+
+    @property
+    def ranks_pairs(self) -> bool:
+        """Computed from how the validation pairs rank (a scorer of their embeddings), not from the loss."""
+        return self.value is not None
+
+    def better(self, value: float, than: float) -> bool:
+        return value > than if self.higher_is_better else value < than
+
+    def label_for(self, n_way: int) -> str:
+        return self.label.format(n=n_way)
+
+    def progress_label_for(self, n_way: int) -> str:
+        return self.progress_label.format(n=n_way)
 
 
-def _mean_of_directions(per_direction: Callable[[QueryRanks], np.ndarray]) -> Callable[[dict[str, QueryRanks]], np.ndarray]:
-    def per_query(ranks: dict[str, QueryRanks]) -> np.ndarray:
-        return np.mean([per_direction(ranks[d]) for d in DIRECTIONS], axis=0)
+def _mean_of_directions(per_direction: Callable[[QueryRanks, int], np.ndarray]) -> Callable[[ValidationRanking], np.ndarray]:
+    def per_query(ranking: ValidationRanking) -> np.ndarray:
+        return np.mean([per_direction(ranking.ranks[d], ranking.n_way) for d in DIRECTIONS], axis=0)
 
     return per_query
 
 
-def _mean_metric(name: str, label: str, per_direction: Callable[[QueryRanks], np.ndarray]) -> SelectionMetric:
+def _mean_metric(
+    name: str, label: str, progress_label: str, per_direction: Callable[[QueryRanks, int], np.ndarray], n_way: bool = False
+) -> SelectionMetric:
     per_query = _mean_of_directions(per_direction)
-    return SelectionMetric(name, label, True, lambda ranks: float(per_query(ranks).mean()), per_query)
+    return SelectionMetric(name, label, progress_label, True, lambda r: float(per_query(r).mean()), per_query, n_way)
 
 
-def n_way_metric(n_way: int) -> SelectionMetric:
-    """Expected ``n_way``-way R@1 (both directions averaged)."""
-    return _mean_metric(
-        "val_nway_r1", f"expected {n_way}-way R@1", lambda r: expected_n_way_hits(r, n_way)
-    )
+def _median_rank(ranking: ValidationRanking) -> float:
+    return float(np.mean([np.median(1 + ranking.ranks[d].above) for d in DIRECTIONS]))
 
 
-def _median_rank(ranks: dict[str, QueryRanks]) -> float:
-    return float(np.mean([np.median(1 + ranks[d].above) for d in DIRECTIONS]))
-
-
-def _rsum_per_query(ranks: dict[str, QueryRanks]) -> np.ndarray:
+def _rsum_per_query(ranking: ValidationRanking) -> np.ndarray:
     """100 x the number of (direction, k in 1, 5, 10) at which the query's positive is within the top k: the
-    mean over queries is the rsum."""
-    return 100.0 * sum((1 + ranks[d].above <= k).astype(np.float64) for d in DIRECTIONS for k in (1, 5, 10))
+    mean over queries is the rsum of each pair's own image and text (other groups only)."""
+    return 100.0 * sum((1 + ranking.ranks[d].above <= k).astype(np.float64) for d in DIRECTIONS for k in (1, 5, 10))
 
 
-def candidate_metrics(n_way: int) -> dict[str, SelectionMetric]:
-    """Every metric a run can be selected by, besides the validation loss, by name (the history's columns).
-    ``val_rsum`` here ranks every pair's own image and text (other groups only); with several captions per
-    image :mod:`pipeline.steps.selection` reports the layout-aware full-ranking rsum under that name."""
-    metrics = [
-        n_way_metric(n_way),
-        _mean_metric("val_auc", "AUC (expected 2-way R@1)", lambda r: 1.0 - r.above / r.eligible),
-        _mean_metric("val_mrr", "MRR", lambda r: 1.0 / (1.0 + r.above)),
-        SelectionMetric("val_medr", "median rank", False, _median_rank),
-        SelectionMetric(
-            "val_rsum", "rsum (R@1+R@5+R@10, %)", True, lambda r: float(_rsum_per_query(r).mean()), _rsum_per_query
-        ),
-    ]
-    return {metric.name: metric for metric in metrics}
+def _rsum(ranking: ValidationRanking) -> float:
+    """The full ranking's rsum where the ranking knew the layout (an image's best caption, with several captions
+    per image, as on test); else the mean of :func:`_rsum_per_query` (the same with one caption per image)."""
+    if ranking.full_ranking is not None:
+        return ranking.full_ranking["rsum"]
+    return float(_rsum_per_query(ranking).mean())
+
+
+#: every score a run can be selected by (``train.selection``): a retrieval metric of the validation split (the
+#: expected n-way R@1, the bulk of the ranking that non-literal data is judged by; AUC; MRR; median rank; the rsum
+#: R@1 + R@5 + R@10 of both directions, VSE++'s and PVSE's criterion on literal data) or the validation loss (the
+#: paper's §3.3; not comparable across loss families). Every epoch's row of ``history.csv`` holds them all.
+SELECTION_METRICS: Registry[SelectionMetric] = Registry("selection metric")
+for _metric in (
+    _mean_metric("val_nway_r1", "expected {n}-way R@1", "val {n}-way R@1", lambda r, n: expected_n_way_hits(r, n), n_way=True),
+    _mean_metric("val_auc", "AUC (expected 2-way R@1)", "val AUC", lambda r, n: 1.0 - r.above / r.eligible),
+    _mean_metric("val_mrr", "MRR", "val MRR", lambda r, n: 1.0 / (1.0 + r.above)),
+    SelectionMetric("val_medr", "median rank", "val median rank", False, _median_rank),
+    SelectionMetric("val_rsum", "rsum (R@1+R@5+R@10, %)", "val rsum", True, _rsum, _rsum_per_query),
+    SelectionMetric("val_loss", "validation loss", "val loss", False),
+):
+    SELECTION_METRICS.add(_metric.name, _metric)
+
+
+def ranking_metrics() -> list[SelectionMetric]:
+    """The metrics computed from the validation ranking (all but the loss), in name order."""
+    return [metric for metric in SELECTION_METRICS.values() if metric.ranks_pairs]

@@ -4,18 +4,44 @@ layout and cuDNN's algorithm search. Each is a no-op on CPU, so CPU runs compute
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from common.registry import Registry
+
+
+@dataclass(frozen=True)
+class AmpMode:
+    """Mixed precision on CUDA (``TrainSettings.amp``): the autocast dtype on a GPU that supports bf16 and on one
+    that does not (None: fp32)."""
+
+    name: str
+    with_bf16: torch.dtype | None
+    without_bf16: torch.dtype | None
+
+    def dtype(self, device: torch.device) -> torch.dtype | None:
+        """The autocast dtype on ``device``; None: fp32 (always on CPU)."""
+        if device.type != "cuda" or self.with_bf16 == self.without_bf16:
+            return None if device.type != "cuda" else self.with_bf16
+        return self.with_bf16 if torch.cuda.is_bf16_supported() else self.without_bf16
+
+
+#: ``train.amp``: "auto" is bf16 where the GPU supports it, else fp16 with a gradient scaler; "off" fp32
+AMP_MODES: Registry[AmpMode] = Registry("amp mode")
+for _mode in (
+    AmpMode("auto", torch.bfloat16, torch.float16),
+    AmpMode("bf16", torch.bfloat16, torch.bfloat16),
+    AmpMode("fp16", torch.float16, torch.float16),
+    AmpMode("off", None, None),
+):
+    AMP_MODES.add(_mode.name, _mode)
+
 
 def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of ``TrainSettings.amp`` on ``device``; None: fp32 (always on CPU)."""
-    if device.type != "cuda" or mode == "off":
-        return None
-    if mode == "bf16" or (mode == "auto" and torch.cuda.is_bf16_supported()):
-        return torch.bfloat16
-    return torch.float16
+    """The autocast dtype of amp mode ``mode`` on ``device``; None: fp32 (always on CPU)."""
+    return AMP_MODES.get(mode).dtype(device)
 
 
 def autocast(dtype: torch.dtype | None, device: torch.device) -> AbstractContextManager:

@@ -7,7 +7,34 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.settings import NEIGHBOR_MODES
+from common.registry import Registry
+
+
+@dataclass(frozen=True)
+class NeighborMode:
+    """How the sampled neighbor i' of Eq. 5 reaches a batch (``TrainSettings.neighbor_mode``)."""
+
+    name: str
+    #: the neighbors are half of the cross-modal batch (in-batch negatives of the other rows, as many rows
+    #: encoded as the baseline's); else they are encoded as extra rows beside ``batch_size`` anchors
+    shares_batch: bool
+
+    def anchors(self, batch_size: int) -> int:
+        return batch_size // 2 if self.shares_batch else batch_size
+
+    def main_rows(self, anchors: int) -> int:
+        """The rows of the cross-modal batch: anchors and, sharing it, their neighbors."""
+        return 2 * anchors if self.shares_batch else anchors
+
+    @property
+    def min_batch_size(self) -> int:
+        """Two anchors, and two neighbors where they share the batch."""
+        return 4 if self.shares_batch else 2
+
+
+NEIGHBOR_MODES: Registry[NeighborMode] = Registry("neighbor mode")
+NEIGHBOR_MODES.add("in_batch", NeighborMode("in_batch", shares_batch=True))
+NEIGHBOR_MODES.add("extra_rows", NeighborMode("extra_rows", shares_batch=False))
 
 
 @dataclass
@@ -50,25 +77,25 @@ class BatchSampler:
         batch_size: int,
         rng: np.random.Generator,
         neighbors: np.ndarray | None = None,
-        neighbor_mode: str = "in_batch",
+        neighbor_mode: str | None = None,
         group_ids: np.ndarray | None = None,
     ) -> None:
         if batch_size < 2:
             raise ValueError(f"batch_size must be at least 2 for in-batch negatives, got {batch_size}")
+        #: with a neighbor table, how its neighbors reach a batch (``TrainSettings.neighbor_mode``)
+        self.neighbor_mode: NeighborMode | None = None
         if neighbors is not None:
-            if neighbor_mode not in NEIGHBOR_MODES:
-                raise ValueError(f"neighbor_mode must be one of {NEIGHBOR_MODES}, got {neighbor_mode!r}")
             if len(neighbors) != len(train_positions):
                 raise ValueError("the neighbor table must have one row per train pair")
-            if neighbor_mode == "in_batch" and batch_size < 4:
-                raise ValueError(
-                    "in_batch neighbor sampling needs batch_size >= 4 (2 anchors + 2 neighbors)"
-                )
+            if neighbor_mode not in NEIGHBOR_MODES:
+                raise ValueError(NEIGHBOR_MODES.unknown_message(str(neighbor_mode)))
+            self.neighbor_mode = NEIGHBOR_MODES.get(neighbor_mode)
+            if batch_size < self.neighbor_mode.min_batch_size:
+                raise ValueError(f"{neighbor_mode} neighbor sampling needs batch_size >= 4 (2 anchors + 2 neighbors)")
         self.train_positions = np.asarray(train_positions)
         self.batch_size = batch_size
         self.rng = rng
         self.neighbors = neighbors
-        self.neighbor_mode = neighbor_mode
         self.group_ids = None if group_ids is None else np.asarray(group_ids)
         if self.group_ids is not None and len(self.group_ids) != len(self.train_positions):
             raise ValueError("group_ids must give one group per train pair")
@@ -129,13 +156,13 @@ class BatchSampler:
                 if len(chunk) >= 2 and (self.group_ids is None or np.ptp(self.group_ids[chunk]) > 0):
                     yield Batch(rows=self.train_positions[chunk], n_main=len(chunk))
             return
-        n_anchors = self.batch_size // 2 if self.neighbor_mode == "in_batch" else self.batch_size
+        n_anchors = self.neighbor_mode.anchors(self.batch_size)
         for _ in range(self.batches_per_epoch):
             anchors = self._take(n_anchors)
             neighbors = self._sample_neighbors(anchors, set(anchors.tolist()))
             rows = self.train_positions[np.concatenate([anchors, neighbors])]
             neighbor_rows = np.arange(n_anchors, 2 * n_anchors)
-            n_main = 2 * n_anchors if self.neighbor_mode == "in_batch" else n_anchors
+            n_main = self.neighbor_mode.main_rows(n_anchors)
             yield Batch(
                 rows=rows, n_main=n_main, neighbor_rows=neighbor_rows, neighbor_of=np.arange(n_anchors)
             )

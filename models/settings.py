@@ -1,24 +1,16 @@
-"""Training settings, with the trainer that reads them; profiles (pipeline/config/profiles.py) choose values."""
+"""Training settings, declared once (:mod:`common.settings`: each field's default, range or choices, whether it
+changes what is computed, and what it means), with the trunk and BatchNorm modes they name; profiles
+(pipeline/config/profiles.py) state what differs from these defaults."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass
 
 from common.registry import Registry
-
-AMP_MODES = ("auto", "off", "bf16", "fp16")
-#: a field's metadata key: the setting came after 1.0, so its default (what earlier runs did) is not hashed
-ADDED_AFTER_1_0 = "added_after_1_0"
-
-
-def added_setting(default: Any) -> Any:
-    """A settings field added after 1.0: hashed into an output's identity only when it is not ``default``."""
-    return field(default=default, metadata={ADDED_AFTER_1_0: True})
-
-
-#: how the sampled neighbor i' of Eq. 5 reaches a batch (models.batching)
-NEIGHBOR_MODES = ("in_batch", "extra_rows")
+from common.settings import Limit, above, at_least, between, check_declared, named, operational_names, setting
+from evaluation.selection_metrics import SELECTION_METRICS, SelectionMetric
+from models.acceleration import AMP_MODES
+from models.batching import NEIGHBOR_MODES, NeighborMode
 
 
 @dataclass(frozen=True)
@@ -80,143 +72,138 @@ BATCHNORM_MODES.add("batch", BatchNormMode("batch", batch_statistics=True))
 BATCHNORM_MODES.add("frozen", BatchNormMode("frozen", batch_statistics=False))
 
 
-@dataclass(frozen=True)
-class SelectionCriterion:
-    """A validation score a run's best checkpoint and early stopping follow (its values are computed by
-    ``evaluation.selection_metrics`` or, for ``val_loss``, by the trainer)."""
-
-    name: str
-    higher_is_better: bool
-    #: scores how the validation split's pairs rank (a scorer computes it from their embeddings), not the loss
-    ranks_pairs: bool = True
-    #: its score is an n-way task's (``selection_n_way``): the validation split must hold n items per query
-    n_way: bool = False
-
-    def better(self, value: float, than: float) -> bool:
-        return value > than if self.higher_is_better else value < than
+def _trunk_refusal(name: str) -> str:
+    try:
+        trunk_mode(name)
+    except ValueError as error:
+        return str(error)
+    return ""
 
 
-#: what early stopping and the best checkpoint follow: a retrieval metric of the validation split (the
-#: expected n-way R@1, the bulk of the ranking that non-literal data is judged by; AUC; MRR; median rank; the
-#: rsum R@1 + R@5 + R@10 of both directions, VSE++'s and PVSE's criterion on literal data) or the validation
-#: loss (the paper's §3.3; not comparable across loss families)
-SELECTION_METRICS: Registry[SelectionCriterion] = Registry("selection metric")
-for _criterion in (
-    SelectionCriterion("val_nway_r1", True, n_way=True),
-    SelectionCriterion("val_auc", True),
-    SelectionCriterion("val_mrr", True),
-    SelectionCriterion("val_medr", False),
-    SelectionCriterion("val_rsum", True),
-    SelectionCriterion("val_loss", False, ranks_pairs=False),
-):
-    SELECTION_METRICS.add(_criterion.name, _criterion)
+def _valid_trunk(name: str) -> bool:
+    return not _trunk_refusal(name)
+
+
+def _backbone_names() -> list[str]:
+    from models.backbones import BACKBONES  # the trunks' code (torch, torchvision), read only when listed
+
+    return BACKBONES.names()
+
+
+#: ``train.backbone``: listed from the trunks' registry; whether it exists is checked when the run is planned
+#: (``pipeline.config.checks.check_backbone``, which builds its spec)
+BACKBONE = Limit(lambda v: isinstance(v, str) and bool(v), "timm:<arch>", _backbone_names)
+TRUNK = named(TRUNK_MODES.names, _trunk_refusal, also="top<k> (k >= 1)", also_test=_valid_trunk)
+
+
+def _registry_choice(registry: Registry) -> Limit:
+    return named(registry.names, registry.unknown_message)
 
 
 @dataclass(frozen=True)
 class TrainSettings:
     """Optimisation of §3.3: Adam 1e-4, weight decay 1e-5, batch 64, plateau decay x0.1 after 5 epochs."""
 
-    backbone: str = "resnet50"
-    pretrained: bool = True
-    image_size: int = 224
-    embed_dim: int = 256
-    gru_hidden: int = 512
-    max_text_tokens: int = 64
-    batch_size: int = 64
-    epochs: int = 30
-    learning_rate: float = 1e-4
-    weight_decay: float = 1e-5
-    lr_patience: int = 5
-    lr_factor: float = 0.1
-    horizontal_flip: bool = True
-    #: how the sampled neighbor i' of Eq. 5 reaches the batch: "in_batch" fills half of each batch with
-    #: the anchors' neighbors (same rows encoded as the baseline), "extra_rows" encodes them as extra rows.
-    neighbor_mode: str = "in_batch"
-    #: in ``in_batch``, an anchor and its sampled neighbor are not cross-modal negatives of each other
-    #: (False: the neighbor pair is an ordinary negative, which fights L_text / L_img)
-    mask_neighbor_pairs: bool = True
-    #: how much of the trunk trains (:func:`trunk_mode`): "finetune" all of it, end to end on pixels (paper
-    #: §3.3); "frozen" none (its cached features train the projection and the text tower, VSE++ / PVSE's
-    #: precomputed-feature mode); "top<k>" its top k stages and head, on the cached map under them
-    trunk: str = "finetune"
-    #: a trained trunk part's BatchNorm in training (:data:`BATCHNORM_MODES`): "batch" statistics (PyTorch's
-    #: default) or "frozen" (the ImageNet running statistics kept)
-    trunk_batchnorm: str = added_setting("batch")
-    #: the trained trunk part's learning rate as a multiple of ``learning_rate`` (1: one rate for every
-    #: parameter, the paper's; pretrained layers often take a smaller one than the layers trained from scratch)
-    trunk_learning_rate_scale: float = added_setting(1.0)
-    #: stop when the selection metric has not improved for this many epochs (None: run every epoch)
-    early_stopping_patience: int | None = None
-    #: what early stopping and ``model_best.pt`` follow (:data:`SELECTION_METRICS`); the plateau LR decay
-    #: always follows the validation loss (§3.3). docs/protocols.md says which metric each profile uses, and why
-    selection: str = "val_loss"
-    #: the validation metrics rank at most this many validation pairs (a fixed sample of whole groups above it)
-    selection_max_pairs: int = 5000
-    #: n of the expected n-way R@1 (``selection="val_nway_r1"``): the n-way task the report scores on test
-    selection_n_way: int = 5
-    #: mixed precision on CUDA: "auto" is bf16 where the GPU supports it, else fp16 with a GradScaler; "off"
-    #: trains in fp32. Never used on CPU (runs there stay exactly fp32), but part of the output hash: it
-    #: changes the numbers a GPU run produces
-    amp: str = "auto"
-    #: processes (one per GPU) per node and nodes of a torchrun / DistributedDataParallel run; ``batch_size``
-    #: is per process, so the loss sees ``batch_size * nproc_per_node * nnodes`` pairs (and their neighbors)
-    nproc_per_node: int = 1
-    nnodes: int = 1
-    # ---- speed only: these change how fast, never what is computed, so they are left out of the output
-    # hash (OPERATIONAL_FIELDS); each has a default that is safe on CPU and on CUDA ----
-    #: background threads preparing batches (slice the uint8 cache, resize, pin); None: 4 on CUDA, 0 on CPU
-    #: (0 prepares each batch in the training thread, as the loop always did)
-    num_workers: int | None = None
-    #: batches prepared ahead of the one training (with workers)
-    prefetch_batches: int = 4
-    #: page-locked host batches, so the copy to the GPU overlaps compute (CUDA only)
-    pin_memory: bool = True
-    #: NHWC memory layout for the image trunk (CUDA only: the layout tensor cores are fastest in)
-    channels_last: bool = True
-    #: let cuDNN time its convolution algorithms for the (fixed) input shape (CUDA only)
-    cudnn_benchmark: bool = True
-    #: Adam as one fused kernel over every parameter (CUDA only; the CPU keeps PyTorch's default Adam)
-    fused_adam: bool = True
-    #: the training step at fixed shapes (text at the full ``max_text_tokens`` width, index tensors copied
-    #: into static device buffers), captured once as a CUDA graph and replayed: the host launches one graph
-    #: instead of every kernel of the step (models/training/static_step.py; CUDA, one process, bf16 or fp32
-    #: only; the last short batch of an epoch runs the plain step). Off until a GPU run has verified it
-    #: (``benchmarks/gpu_check.py``); what is computed is the same up to float summation order
-    cuda_graphs: bool = False
-    #: torchrun's rendezvous for nnodes > 1 ("host:port" of the first node; c10d backend)
-    rdzv_endpoint: str = ""
-    #: training steps between reads of the losses from the device (the progress bar, the non-finite check):
-    #: the step loop itself never waits for the device
-    log_every_steps: int = 50
+    backbone: str = setting("resnet50", "the image trunk (models.backbones), or any timm:<arch>", BACKBONE)
+    pretrained: bool = setting(True, "the trunk starts from ImageNet weights (false: a seeded random init)")
+    image_size: int = setting(224, "side in pixels of the square image the trunk sees", at_least(1))
+    embed_dim: int = setting(256, "dimension of the joint embedding space", at_least(1))
+    gru_hidden: int = setting(512, "hidden size of the text GRU", at_least(1))
+    max_text_tokens: int = setting(64, "a text is cut to this many tokens", at_least(1))
+    #: per process: the loss sees ``batch_size * nproc_per_node * nnodes`` pairs (and their neighbors)
+    batch_size: int = setting(64, "pairs per batch of each process", at_least(1))
+    epochs: int = setting(30, "the epoch cap", at_least(1))
+    learning_rate: float = setting(1e-4, "Adam's learning rate", above(0))
+    weight_decay: float = setting(1e-5, "Adam's weight decay", at_least(0))
+    lr_patience: int = setting(5, "epochs without a lower validation loss before the learning rate decays", at_least(0))
+    lr_factor: float = setting(0.1, "the plateau decay multiplies the learning rate by this", between(0, 1, high_open=True))
+    horizontal_flip: bool = setting(True, "flip training images left-right at random (needs pixels, not a cached trunk)")
+    #: in_batch encodes the same rows as the baseline; extra_rows twice the encoder work
+    neighbor_mode: str = setting(
+        "in_batch",
+        "how the sampled neighbor i' of Eq. 5 reaches a batch: half of it (in_batch) or as extra rows (extra_rows)",
+        _registry_choice(NEIGHBOR_MODES),
+    )
+    #: False: the neighbor pair is an ordinary negative, which fights L_text / L_img
+    mask_neighbor_pairs: bool = setting(
+        True, "in_batch: an anchor and its sampled neighbor are not cross-modal negatives of each other"
+    )
+    #: "frozen" is VSE++ / PVSE's precomputed-feature mode, "finetune" the paper's §3.3
+    trunk: str = setting(
+        "finetune",
+        "how much of the trunk trains: all of it on pixels (finetune), none on its cached features (frozen), or "
+        "its top k stages and head on the cached map under them (top<k>)",
+        TRUNK,
+    )
+    trunk_batchnorm: str = setting(
+        "batch",
+        "a trained trunk part's BatchNorm in training: batch statistics (PyTorch's default) or frozen (ImageNet's kept)",
+        _registry_choice(BATCHNORM_MODES),
+        added_after_1_0=True,
+    )
+    #: pretrained layers often take a smaller rate than the layers trained from scratch
+    trunk_learning_rate_scale: float = setting(
+        1.0, "the trained trunk part's learning rate as a multiple of learning_rate (1: the paper's one rate)",
+        above(0), added_after_1_0=True,
+    )
+    early_stopping_patience: int | None = setting(
+        None, "stop when the selection metric has not improved for this many epochs (null: run every epoch)",
+        at_least(1, or_null=True),
+    )
+    #: docs/protocols.md says which metric each profile uses, and why
+    selection: str = setting(
+        "val_loss",
+        "what early stopping and model_best.pt follow (the plateau decay always follows the validation loss)",
+        _registry_choice(SELECTION_METRICS),
+    )
+    selection_max_pairs: int = setting(
+        5000, "the validation metrics rank at most this many pairs (a fixed sample of whole groups above it)", at_least(2)
+    )
+    selection_n_way: int = setting(
+        5, "n of the expected n-way R@1 selection metric (the n-way task the report scores on test)", at_least(2)
+    )
+    #: part of the output hash: it changes the numbers a GPU run produces
+    amp: str = setting(
+        "auto",
+        "mixed precision on CUDA (never on CPU): auto (bf16 where supported, else fp16 with a gradient scaler), "
+        "bf16, fp16 or off (fp32)",
+        _registry_choice(AMP_MODES),
+    )
+    nproc_per_node: int = setting(1, "processes (one per GPU) per node of a torchrun run", at_least(1))
+    nnodes: int = setting(1, "nodes of a torchrun run", at_least(1))
+    # ---- speed only: these change how fast, never what is computed, so no output's hash holds them; each
+    # has a default that is safe on CPU and on CUDA ----
+    num_workers: int | None = setting(
+        None, "threads preparing batches (null: 4 on CUDA, 0 on CPU, where the training thread prepares them)",
+        at_least(0, or_null=True), operational=True,
+    )
+    prefetch_batches: int = setting(4, "batches prepared ahead of the one training", at_least(1), operational=True)
+    pin_memory: bool = setting(True, "page-locked host batches, so the copy to the GPU overlaps compute", operational=True)
+    channels_last: bool = setting(True, "NHWC layout for the image trunk on CUDA", operational=True)
+    cudnn_benchmark: bool = setting(True, "cuDNN times its convolution algorithms for the fixed input shape", operational=True)
+    fused_adam: bool = setting(True, "Adam as one fused kernel on CUDA", operational=True)
+    #: models/training/static_step.py; CUDA, one process, bf16 or fp32 only; the last short batch of an epoch runs
+    #: the plain step; off until a GPU run has verified it (benchmarks/gpu_check.py)
+    cuda_graphs: bool = setting(
+        False, "capture the step at fixed shapes as a CUDA graph and replay it (equal up to float summation order)",
+        operational=True,
+    )
+    rdzv_endpoint: str = setting("", "torchrun's rendezvous host:port of the first node, for nnodes > 1", operational=True)
+    log_every_steps: int = setting(
+        50, "steps between reads of the losses from the device (the progress bar, the non-finite check)", at_least(1),
+        operational=True,
+    )
 
     def __post_init__(self) -> None:
-        trunk_mode(self.trunk)  # a ValueError naming the valid modes
-        if self.trunk_batchnorm not in BATCHNORM_MODES:
-            raise ValueError(BATCHNORM_MODES.unknown_message(self.trunk_batchnorm))
-        if not self.trunk_learning_rate_scale > 0:
-            raise ValueError(f"trunk_learning_rate_scale must be > 0, got {self.trunk_learning_rate_scale}")
-        if self.neighbor_mode not in NEIGHBOR_MODES:
-            raise ValueError(f"neighbor_mode must be one of {NEIGHBOR_MODES}, got {self.neighbor_mode!r}")
-        if self.amp not in AMP_MODES:
-            raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
-        if self.selection not in SELECTION_METRICS:
-            raise ValueError(SELECTION_METRICS.unknown_message(self.selection))
-        if self.selection_n_way < 2:
-            raise ValueError(f"selection_n_way must be >= 2, got {self.selection_n_way}")
-        if self.log_every_steps < 1:
-            raise ValueError(f"log_every_steps must be >= 1, got {self.log_every_steps}")
+        check_declared(self)
         if self.cuda_graphs and self.nproc_per_node * self.nnodes > 1:
             raise ValueError(
                 "cuda_graphs captures the step of one process; with nproc_per_node or nnodes > 1 set "
                 "cuda_graphs=false"
             )
-        if self.nproc_per_node < 1 or self.nnodes < 1:
-            raise ValueError(
-                f"nproc_per_node and nnodes must be >= 1, got {self.nproc_per_node}, {self.nnodes}"
-            )
 
     @property
-    def selection_criterion(self) -> SelectionCriterion:
+    def selection_metric(self) -> SelectionMetric:
         return SELECTION_METRICS.get(self.selection)
 
     @property
@@ -228,33 +215,13 @@ class TrainSettings:
         return BATCHNORM_MODES.get(self.trunk_batchnorm)
 
     @property
+    def neighbors(self) -> NeighborMode:
+        return NEIGHBOR_MODES.get(self.neighbor_mode)
+
+    @property
     def world_size(self) -> int:
         return self.nproc_per_node * self.nnodes
 
 
-#: settings that change speed, not results: kept out of Train's output hash, so changing one reuses a run
-OPERATIONAL_FIELDS = frozenset(
-    {
-        "num_workers",
-        "prefetch_batches",
-        "pin_memory",
-        "channels_last",
-        "cudnn_benchmark",
-        "fused_adam",
-        "cuda_graphs",
-        "rdzv_endpoint",
-        "log_every_steps",
-    }
-)
-
-
-def significant_settings(settings: TrainSettings) -> dict[str, Any]:
-    """The settings a trained model depends on (what Train hashes): all but :data:`OPERATIONAL_FIELDS`, and a
-    setting added after 1.0 only when it differs from its default (which is what every run before it did), so
-    adding a setting moves no existing output."""
-    values = asdict(settings)
-    return {
-        f.name: values[f.name]
-        for f in fields(settings)
-        if f.name not in OPERATIONAL_FIELDS and not (f.metadata.get(ADDED_AFTER_1_0) and values[f.name] == f.default)
-    }
+#: settings that change speed, not results: kept out of every output's hash, so changing one reuses a run
+OPERATIONAL_FIELDS = operational_names(TrainSettings)

@@ -1,6 +1,7 @@
 """``python -m pipeline FullRun ...``: the ``luigi --module pipeline FullRun ...`` command, judged by its result;
 ``python -m pipeline plan ...`` (FullRun's arguments, and ``--json``): the resolved plan and what each task would
-do, without running anything. ``crossmodal-pipeline ...`` is the same command as a console script: it works in a
+do, without running anything; ``python -m pipeline settings [--profile P] [--set ...] [--json]``: every setting,
+its value, range, kind and meaning (:mod:`pipeline.run.settings_list`). ``crossmodal-pipeline ...`` is the same command as a console script: it works in a
 folder that holds a ``pipeline.py`` of its own, which ``python -m pipeline`` would run instead.
 
 Luigi judges a process by what it saw: in a run shared through ``luigid`` a process whose tasks another
@@ -57,6 +58,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["plan"]:
         raise SystemExit(show_plan(argv[1:]))
+    if argv[:1] == ["settings"]:
+        from pipeline.run.settings_list import main as list_settings
+
+        raise SystemExit(list_settings(argv[1:]))
     if "--module" not in argv:
         argv = ["--module", "pipeline", *argv]
     try:

@@ -18,6 +18,7 @@ from data_recipes.image_cache import centre_square
 from data_recipes.validate import DEFAULT_MAX_PIXELS, load_image_rgb
 from models.encoders import frozen_trunk_features
 from models.inference import embed_pairs
+from models.registry import needs_spatial_features
 from models.settings import trunk_mode
 from models.training import PairData
 from serving.bundle import Bundle
@@ -75,7 +76,8 @@ class Embedder:
             mean = torch.tensor(image["mean"]).view(1, 3, 1, 1)
             std = torch.tensor(image["std"]).view(1, 3, 1, 1)
             trained_stages = trunk_mode(image["trunk"]).trained_stages or 0
-            model = TrunkThenModel(model, bundle.trunk, mean, std, image["features"] == "spatial", trained_stages)
+            spatial = needs_spatial_features(bundle.manifest["model"]["model"])  # checked against image.features
+            model = TrunkThenModel(model, bundle.trunk, mean, std, spatial, trained_stages)
         self.model = model.to(self.device).eval()
         #: the tokenizer the model was trained with (a bundle records its version)
         self.tokenize = tokenizer_for(bundle.tokenizer_version)

@@ -24,6 +24,19 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
+@pytest.fixture
+def spawn_mode():
+    """Every network task produces in a process of its own, as on a GPU host (``--network-tasks-process spawn``)."""
+    import luigi
+
+    config = luigi.configuration.get_config()
+    config.set("network_tasks", "process", "spawn")
+    try:
+        yield
+    finally:
+        config.remove_option("network_tasks", "process")
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """One smoke FullRun shared by the test modules that read its outputs (the pipeline tests, serving):

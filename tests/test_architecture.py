@@ -17,7 +17,8 @@ ALLOWED = {
     "pipeline": {"pipeline", "models", "evaluation", "data_recipes", "serving", "common"},
     # a bundle loads, and a gallery is indexed and searched, without the pipeline or a run tree
     "serving": {"serving", "models", "data_recipes", "evaluation", "common"},
-    "models": {"models", "common"},
+    # a run's checkpoints are selected by evaluation's metrics (evaluation.selection_metrics): one entry each
+    "models": {"models", "evaluation", "common"},
     "evaluation": {"evaluation", "common"},
     "data_recipes": {"data_recipes", "common"},
     # the bottom layer: atomic writes and the tokenizer

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pandas as pd
 import pytest
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 
-from pipeline.config.profiles import Profile
+from pipeline.config.run_settings import RunSettings
 from pipeline.steps import dedup, minhash
 from pipeline.steps.dedup import deduplicate
 from pipeline.steps.dedup_quality import dedup_precision_recall
@@ -183,8 +185,13 @@ def test_incremental_index_finds_what_a_full_run_finds(tmp_path):
         reloaded.add_and_find([ids[0]], signatures[:1])
 
 
-def test_deduplicate_defaults_are_the_profiles_settings():
-    profile = Profile(name="defaults")
-    assert dedup.DEFAULT_THRESHOLD == profile.dedup_threshold
-    assert dedup.DEFAULT_NUM_PERM == profile.dedup_num_perm
-    assert dedup.DEFAULT_SHINGLE_SIZE == profile.dedup_shingle_size
+def test_deduplicate_defaults_are_the_run_s_settings():
+    """The one-shot call's defaults are read from the settings' declaration, so it removes what the pipeline
+    removes."""
+    settings = RunSettings().dedup
+    defaults = inspect.signature(dedup.deduplicate).parameters
+    assert (defaults["threshold"].default, defaults["num_perm"].default, defaults["shingle_size"].default) == (
+        settings.threshold,
+        settings.num_perm,
+        settings.shingle_size,
+    )

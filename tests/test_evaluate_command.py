@@ -13,10 +13,12 @@ import pandas as pd
 import pytest
 
 from pipeline import Evaluate, Train
-from pipeline.config.profiles import SMOKE
+from pipeline.config.profiles import PROFILES
 from serving.bundle import MANIFEST_FILE, export_bundle
 from serving.cli import main
 from serving.runs import bundle_parts
+
+SMOKE = PROFILES.get("smoke").settings()
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,11 @@ from pathlib import Path
 import luigi
 
 from pipeline import FullRun
-from pipeline.config.profiles import SMOKE
+from pipeline.config.profiles import PROFILES
 from serving.cli import main
 from tests.luigi_runs import build
+
+SMOKE = PROFILES.get("smoke").settings()
 
 OTHER_LEARNING_RATE = 0.0123
 

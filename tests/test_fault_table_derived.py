@@ -75,17 +75,6 @@ def damage(path: Path, how: str) -> None:
         path.write_text({"not JSON": "{not json", "cut in half": text[: len(text) // 2], "empty": "", "[]": "[]"}[how])
 
 
-@pytest.fixture
-def spawn_mode():
-    """Every network task produces in a process of its own, as on a GPU host (``--network-tasks-process spawn``)."""
-    config = luigi.configuration.get_config()
-    config.set("network_tasks", "process", "spawn")
-    try:
-        yield
-    finally:
-        config.remove_option("network_tasks", "process")
-
-
 def output_files(task: HashedTask) -> dict[str, object]:
     """Every declared output of ``task``, read back (arrays as arrays: an ``.npz`` zip records its own time)."""
     read: dict[str, object] = {}
@@ -179,23 +168,24 @@ def test_a_process_given_only_a_damaged_plan_s_id_refuses_it_in_one_line(tmp_pat
 
 
 def test_the_plan_file_keeps_the_plan_s_order_and_a_sorted_one_is_written_anew(tmp_path):
-    """Some readers iterate a mapping of the plan in order (the split fractions: a pair's split is where its hash
-    falls among them), which the id (a hash of sorted JSON) cannot see: the file keeps the plan's order, and a
-    file an older version wrote with sorted keys, intact by its id, is written anew by the run."""
+    """Some readers iterate a mapping of the plan in order (a search space's knobs; the split fractions, a pair's
+    split being where its hash falls among them, now fixed by their settings class), which the id (a hash of
+    sorted JSON) cannot see: the file keeps the plan's order, and a file an older version wrote with sorted keys,
+    intact by its id, is written anew by the run."""
     root = tmp_path / "runs"
     plan = FullRun(run_root=str(root), **SMALL).run_plan
-    order = list(plan.settings.split_fractions)
-    assert order != sorted(order), "the smoke profile's order is not alphabetical (the test would prove nothing)"
+    order = list(plan.settings.split.fractions())
+    assert order != sorted(order), "the split's order is not alphabetical (the test would prove nothing)"
     assert write_plan(root, plan) == "missing"
     forget_plans()
-    assert list(read_plan(root, plan.id).settings.split_fractions) == order
+    assert list(read_plan(root, plan.id).settings.split.fractions()) == order
     path = plan_path(root, plan.id)
     path.write_text(json.dumps(json.loads(path.read_text()), sort_keys=True))
     forget_plans()
-    assert plan_file_problem(root, plan.id) is None and list(read_plan(root, plan.id).settings.split_fractions) == sorted(order)
+    assert plan_file_problem(root, plan.id) is None and list(read_plan(root, plan.id).settings.split.fractions()) == order
     assert "another key order" in write_plan(root, plan)
     forget_plans()
-    assert list(read_plan(root, plan.id).settings.split_fractions) == order
+    assert list(read_plan(root, plan.id).settings.split.fractions()) == order
 
 
 AGREEMENT_ROW = Fault(

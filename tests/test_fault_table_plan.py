@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PLAN_ROWS = [
     Fault("a wrong backbone", "plan", ["--set", "train.backbone=resnet5"], 2, "unknown backbone 'resnet5'; did you mean 'resnet50'?", before="plan went; TrunkFeatures KeyError traceback"),
     Fault("a misspelled trunk", "plan", ["--set", "train.trunk=frozn"], 2, "unknown trunk mode 'frozn'", before="plan went; Train ValueError traceback"),
-    Fault("a misspelled neighbor mode", "plan", ["--set", "variants.ours.train.neighbor_mode=inbatch"], 2, "neighbor_mode must be one of", before="plan went; Train ValueError traceback"),
+    Fault("a misspelled neighbor mode", "plan", ["--set", "variants.ours.train.neighbor_mode=inbatch"], 2, "unknown neighbor mode 'inbatch'; did you mean 'in_batch'?", before="plan went; Train ValueError traceback"),
     Fault("a negative seed", "plan", ["--set", "seeds=[-1]"], 2, "seeds >= 0", before="plan went; numpy ValueError in Train"),
     Fault("a negative seed flag", "plan", ["--seeds", "[0,-2]"], 2, "--seeds: give distinct seeds >= 0", before="plan went; ValueError in Train"),
     Fault("a non-integer seed flag", "plan", ["--seeds", "[0,1.5]"], 2, "--seeds [0, 1.5]: give integers", before="exit 4, traceback"),

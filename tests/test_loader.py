@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
+from common.settings import significant
 from models.acceleration import amp_dtype, gradient_scaler
 from models.loader import LoaderSettings, prefetched
-from models.settings import OPERATIONAL_FIELDS, TrainSettings, significant_settings
+from models.settings import OPERATIONAL_FIELDS, TrainSettings
 from tests.test_training import SETTINGS, _fit
 
 
@@ -65,8 +66,8 @@ def test_cpu_defaults_prepare_inline_without_pinning():
 
 def test_speed_settings_stay_out_of_the_hash_and_precision_stays_in():
     fast = replace(TrainSettings(), num_workers=8, prefetch_batches=16, pin_memory=False, channels_last=False)
-    assert significant_settings(fast) == significant_settings(TrainSettings())
-    assert significant_settings(replace(TrainSettings(), amp="off")) != significant_settings(TrainSettings())
+    assert significant(fast) == significant(TrainSettings())
+    assert significant(replace(TrainSettings(), amp="off")) != significant(TrainSettings())
     assert "amp" not in OPERATIONAL_FIELDS and "nproc_per_node" not in OPERATIONAL_FIELDS
     with pytest.raises(ValueError, match="amp"):
         TrainSettings(amp="fp8")

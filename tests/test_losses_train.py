@@ -16,10 +16,12 @@ from models.losses import LOSSES, build_loss
 from models.registry import build_model
 from models.training import PairData, Trainer, pick_device
 from pipeline import NeighborTables, PrepareDataset, Split, TrainWordVectors
-from pipeline.config.profiles import SMOKE
+from pipeline.config.profiles import PROFILES
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.training import load_pair_data
 from tests.fixtures.recipes.make_fixtures import make_fixture
+
+SMOKE = PROFILES.get("smoke").settings()
 
 pytestmark = pytest.mark.slow
 # the smoke profile trains on cached frozen-trunk features, which this test does not compute; the losses see

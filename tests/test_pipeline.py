@@ -13,11 +13,13 @@ import torch
 from PIL import Image
 
 from pipeline import FullRun, PrepareDataset, Train
-from pipeline.config.profiles import SMOKE
+from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import TABLE_1, TABLE_4, VARIANTS, paper_grid
 from pipeline.engine.task import META_FILE
 from tests.luigi_runs import build
 from tests.markdown_tables import section
+
+SMOKE = PROFILES.get("smoke").settings()
 
 pytestmark = pytest.mark.slow
 

@@ -18,10 +18,12 @@ from data_recipes.manifest import check_manifest_columns
 from data_recipes.validate import load_image_rgb
 from models.training import HISTORY_FILE
 from pipeline import FullRun, Split, Train
-from pipeline.config.profiles import SMOKE
+from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import TABLE_2, VARIANTS
 from tests.fixtures.recipes import make_fixtures as fixtures
 from tests.markdown_tables import section, table_row
+
+SMOKE = PROFILES.get("smoke").settings()
 
 pytestmark = pytest.mark.slow
 

@@ -152,10 +152,10 @@ def test_import_submodules_skips_helpers_and_private_modules(
 def test_losses_models_recipes_and_backends_share_the_one_registry() -> None:
     from data_recipes import RECIPES
     from data_recipes.registry import RECIPE_BUILDERS
+    from evaluation.selection_metrics import SELECTION_METRICS
     from models.backbones import BACKBONES
     from models.losses import LOSSES, build_loss
     from models.registry import MODELS, model_class
-    from models.settings import SELECTION_METRICS
     from pipeline.config.profiles import PROFILES
     from pipeline.config.variants import VARIANTS
     from serving.backends import APPROXIMATE_BACKENDS, BACKENDS, SEARCH_BACKENDS, choose_backend

@@ -180,7 +180,7 @@ def run_command(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ("doc2vec.windw=5", "error: doc2vec has no setting 'windw' (did you mean 'window'?); valid: dm, epochs, hs, infer_epochs, min_count, negative, vector_size, window"),
+        ("doc2vec.windw=5", "error: doc2vec has no setting 'windw' (did you mean 'window'?); valid: dm, epochs, hs, infer_epochs, min_count, negative, vector_size, window (python -m pipeline settings lists every path)"),
         ("neighbors.k=many", "error: --set neighbors.k: 'many' is not an integer"),
     ],
 )

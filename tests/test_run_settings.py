@@ -3,15 +3,18 @@ wrong (no Luigi here)."""
 
 import pytest
 
-from pipeline.config.changes import apply_changes, settings_tree, sweep_values
+from pipeline.config.changes import apply_changes, sweep_values
 from pipeline.config.checks import RunConfigurationError
 from pipeline.config.flags import flag_changes
 from pipeline.config.plan import RunPlan, resolve_plan
-from pipeline.config.profiles import SMOKE
+from pipeline.config.profiles import PROFILES
+from pipeline.config.run_settings import summary_tree
+
+SMOKE = PROFILES.get("smoke").settings()
 
 
 def test_each_group_of_settings_is_reached_by_its_path():
-    profile = apply_changes(
+    settings = apply_changes(
         SMOKE,
         [
             "doc2vec.window=10",
@@ -28,14 +31,14 @@ def test_each_group_of_settings_is_reached_by_its_path():
             "seeds=[3,4]",
         ],
     )
-    assert profile.doc2vec.window == 10 and profile.neighbors.k == 50 and profile.neighbors.sample_k is None
-    assert profile.split_fractions == {"train": 0.6, "val": 0.1, "test": 0.3}, "train takes what the others leave"
-    assert profile.tuning.budget == 2 and profile.tuning.trial_seeds == (0, 1, 2)
-    assert profile.eval.n_way == 10 and profile.dedup_threshold == 0.8 and profile.image_cache_size == 48
-    assert profile.recipe_option_changes["n_pairs"] == 500 and profile.train.learning_rate == 3e-4
-    assert profile.seeds_for("ours") == (3, 4), "seeds= replaces the per-variant seeds too"
-    assert SMOKE.neighbors.k == 20, "the profile itself is not changed"
-    tree = settings_tree(profile)
+    assert settings.doc2vec.window == 10 and settings.neighbors.k == 50 and settings.neighbors.sample_k is None
+    assert settings.split.fractions() == {"train": 0.6, "val": 0.1, "test": 0.3}, "train takes what the others leave"
+    assert settings.tuning.budget == 2 and settings.tuning.trial_seeds == (0, 1, 2)
+    assert settings.eval.n_way == 10 and settings.dedup.threshold == 0.8 and settings.data.image_cache_size == 48
+    assert settings.data.options["n_pairs"] == 500 and settings.train.learning_rate == 3e-4
+    assert settings.seeds_for("ours") == (3, 4), "seeds= replaces the per-variant seeds too"
+    assert SMOKE.neighbors.k == 20, "the profile's settings are not changed"
+    tree = summary_tree(settings)
     assert tree["neighbors"]["k"] == 50 and tree["split"]["test"] == 0.3 and tree["data"]["options"]["n_pairs"] == 500
 
 
@@ -100,9 +103,9 @@ def test_every_flag_is_one_change_and_a_flag_wins_over_a_set_of_the_same_setting
     assert plan.seeds_for("ours") == (7,)
 
 
-def test_a_plan_read_back_from_its_record_is_the_same_plan():
+def test_a_plan_read_back_from_its_json_is_the_same_plan():
     plan = resolve_plan("smoke", ["neighbors.k=10", "variants.ours.within_modality.text_weight=0.4", "split.test=0.2"])
-    again = RunPlan.from_record(plan.record())
+    again = RunPlan.from_json(plan.as_json())
     assert again == plan and again.id == plan.id
     assert again.settings.neighbors.k == 10 and again.settings.seeds_by_variant["ours"] == (0, 1)
     assert again.variant("ours", {"train": {"learning_rate": 0.5}}).train == {"learning_rate": 0.5}
@@ -123,7 +126,7 @@ def test_an_option_the_recipe_does_not_take_is_refused_naming_the_valid_ones():
         ("neighbor.k=5", r"^the run has no setting 'neighbor' \(did you mean 'neighbors'\?\); valid: data, "),
         ("neighbors.k=ten", r"^--set neighbors.k: 'ten' is not an integer$"),
         ("neighbors.k", r"^--set 'neighbors.k': expected path=value"),
-        ("split.val=1.5", r"between 0 and 1"),
+        ("split.val=1.5", r"^--set split.val: must be in \(0, 1\), got 1.5$"),
         ("split.tset=0.2", r"^split has no setting 'tset' \(did you mean 'test'\?\)"),
         ("train.selection=val_r1", r"^--set train.selection: unknown selection metric 'val_r1'; did you mean"),
         ("variants.oure.train.epochs=3", r"unknown variant 'oure' \(did you mean 'ours'\?\)"),
@@ -139,7 +142,11 @@ def test_an_option_the_recipe_does_not_take_is_refused_naming_the_valid_ones():
         ("eval.n_way=1", r"must be >= 2"),
         ("variants.ours.angular.alpha_degrees=abc", r"'abc' is not a number"),
         ("variants.*.label=x", r"one label for every variant"),
-        ("tuning.budget=0", r"at least 1 trial"),
+        ("tuning.budget=0", r"^--set tuning.budget: must be >= 1, got 0$"),
+        ("tuning.protocol=tunned", r"^--set tuning.protocol: must be one of shared, tuned, both, got 'tunned'$"),
+        ("grid=[\"ours\",\"oure\"]", r"^--set grid: unknown variant 'oure'; did you mean 'ours'\?"),
+        ("seeds_by_variant.ours=[1]", r"^the run has no setting 'seeds_by_variant'"),
+        ("data.generated_options.n_pairs=5", r"^data has no setting 'generated_options'"),
     ],
 )
 def test_a_wrong_change_is_one_line_naming_what_is_valid(change, message):

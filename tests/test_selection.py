@@ -11,11 +11,13 @@ import torch
 
 from evaluation.retrieval import n_way_recall_at_1
 from evaluation.selection_metrics import (
+    SELECTION_METRICS,
     QueryRanks,
+    ValidationRanking,
     both_directions,
-    candidate_metrics,
     expected_n_way_hits,
     other_group_ranks,
+    ranking_metrics,
 )
 from models.training import BEST_CHECKPOINT, Trainer, TrainResult
 from pipeline.steps.selection import ValidationScorer, load_ranks, sample_whole_groups, save_ranks
@@ -86,7 +88,7 @@ def test_expected_n_way_r1_is_the_mean_of_n_way_r1_over_many_distractor_draws():
     drawn = n_way_recall_at_1(image, text, n_way=5, seed=0, redraws=4000, group_ids=groups)
     for direction in ("i2t", "t2i"):
         assert drawn[direction] == pytest.approx(expected[direction], abs=0.01)
-    assert candidate_metrics(5)["val_nway_r1"].value(ranks) == pytest.approx(np.mean(list(expected.values())))
+    assert SELECTION_METRICS["val_nway_r1"].value(ValidationRanking(ranks, 5)) == pytest.approx(np.mean(list(expected.values())))
 
 
 def test_other_group_ranks_against_a_loop_with_ties_counted_against_the_positive():
@@ -106,12 +108,13 @@ def test_other_group_ranks_against_a_loop_with_ties_counted_against_the_positive
 def test_every_candidate_has_per_query_values_that_average_to_it_except_the_median(tmp_path):
     rng = np.random.default_rng(1)
     ranks = both_directions(unit(rng.normal(size=(25, 6))), unit(rng.normal(size=(25, 6))))
-    for metric in candidate_metrics(5).values():
+    ranking = ValidationRanking(ranks, 5)
+    for metric in ranking_metrics():
         if metric.per_query is None:
             assert metric.name == "val_medr"
             continue
-        assert metric.per_query(ranks).shape == (25,)
-        assert metric.per_query(ranks).mean() == pytest.approx(metric.value(ranks))
+        assert metric.per_query(ranking).shape == (25,)
+        assert metric.per_query(ranking).mean() == pytest.approx(metric.value(ranking))
     save_ranks(tmp_path / "ranks.npz", ranks)
     loaded = load_ranks(tmp_path / "ranks.npz")
     assert all(np.array_equal(loaded[d].above, ranks[d].above) for d in ranks)
@@ -170,3 +173,32 @@ def test_a_validation_split_too_small_for_the_n_way_draw_is_refused_before_train
     image, text = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in rng.normal(size=(2, 5, 4)))
     scores = scorer(image, text)
     assert np.isnan(scores["val_nway_r1"]) and np.isfinite(scores["val_auc"])
+
+
+def test_each_selection_metric_is_one_entry_with_its_direction_needs_label_and_progress_format():
+    """One registry holds what every part asks of a metric: the trainer its direction and whether it needs a
+    scorer, the plan whether it needs an n-way task, the tuning its label, the progress display its format."""
+    assert set(SELECTION_METRICS) == {"val_nway_r1", "val_auc", "val_mrr", "val_medr", "val_rsum", "val_loss"}
+    lower = {name for name, metric in SELECTION_METRICS.items() if not metric.higher_is_better}
+    assert lower == {"val_medr", "val_loss"}
+    assert [m.name for m in SELECTION_METRICS.values() if m.n_way] == ["val_nway_r1"]
+    assert not SELECTION_METRICS["val_loss"].ranks_pairs and all(m.ranks_pairs for m in ranking_metrics())
+    n_way = SELECTION_METRICS["val_nway_r1"]
+    assert n_way.label_for(7) == "expected 7-way R@1" and n_way.progress_label_for(7) == "val 7-way R@1"
+    assert SELECTION_METRICS["val_loss"].progress_label_for(5) == "val loss"
+
+
+def test_the_validation_rsum_is_the_full_ranking_s_where_the_ranking_knew_the_layout():
+    """With several captions per image the rsum of the full ranking (an image's best caption) is not the mean of
+    the per-pair values: the scorer's val_rsum is the full ranking's, the per-pair values stay for paired
+    comparisons (which check that they reproduce the score first)."""
+    rng = np.random.default_rng(4)
+    groups = np.repeat(np.arange(6), 3)
+    image_ids = groups.copy()  # three captions of one image
+    image = unit(rng.normal(size=(6, 5)))[groups]
+    text = unit(image + 0.8 * rng.normal(size=image.shape))
+    scorer = ValidationScorer(groups, image_ids, np.array([f"t{i}" for i in range(18)]), max_pairs=100, n_way=2)
+    ranking = scorer.ranking(image, text)
+    assert scorer(image, text)["val_rsum"] == ranking.full_ranking["rsum"]
+    per_pair = SELECTION_METRICS["val_rsum"].per_query(ranking).mean()
+    assert SELECTION_METRICS["val_rsum"].value(ValidationRanking(ranking.ranks, 2)) == pytest.approx(per_pair)

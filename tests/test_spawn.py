@@ -26,16 +26,6 @@ def network_families() -> set[str]:
     return {name for name, cls in task_families().items() if cls.runs_network}
 
 
-@pytest.fixture
-def spawn_mode():
-    config = luigi.configuration.get_config()
-    config.set("network_tasks", "process", "spawn")
-    try:
-        yield
-    finally:
-        config.remove_option("network_tasks", "process")
-
-
 def test_slots_fill_every_gpu_before_a_second_task_shares_one():
     assert gpus.slot_order(["0", "1"], 2) == [("0", 0), ("1", 0)]
     assert gpus.slot_order(["0", "1"], 4) == [("0", 0), ("1", 0), ("0", 1), ("1", 1)]

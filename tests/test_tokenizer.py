@@ -99,7 +99,7 @@ def test_the_tokenizer_version_is_part_of_every_tokenising_tasks_output_path(mon
     root = tmp_path / "runs"
     import luigi
 
-    import pipeline.tasks.params
+    import pipeline.tasks.base
     from pipeline import PrepareShard, Train, TrainDoc2Vec, TrunkFeatures
 
     def signatures() -> dict[str, str]:
@@ -113,7 +113,7 @@ def test_the_tokenizer_version_is_part_of_every_tokenising_tasks_output_path(mon
         return {type(task).__name__: task.signature() for task in tasks}
 
     before = signatures()
-    monkeypatch.setattr(pipeline.tasks.params, "TOKENIZER_VERSION", 99)
+    monkeypatch.setattr(pipeline.tasks.base, "TOKENIZER_VERSION", 99)
     after = signatures()
     assert all(before[name] != after[name] for name in ("PrepareShard", "TrainDoc2Vec", "Train"))
     # the trunk reads no text, but its input (the validated shard) depends on the tokenizer too

@@ -12,9 +12,9 @@ from models.batching import BatchSampler
 from models.encoders import EncoderConfig
 from models.inference import embed_pairs
 from models.losses import build_loss
+from models.settings import TrainSettings
 from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer
 from models.vse import VSEModel
-from pipeline.config.profiles import TrainSettings
 
 #: a ResNet-18 from random weights on 16-pixel images, 8-d embeddings: trains end to end in seconds
 SETTINGS = TrainSettings(

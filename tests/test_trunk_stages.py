@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.settings import significant
 from models.backbones import build_trunk
 from models.encoders import (
     EncoderConfig,
@@ -20,7 +21,7 @@ from models.encoders import (
     normalised_pixels,
     resize_batch,
 )
-from models.settings import TrainSettings, significant_settings, trunk_mode
+from models.settings import TrainSettings, trunk_mode
 from models.training.setup import parameter_groups
 from pipeline import Evaluate
 from pipeline.config.checks import RunConfigurationError
@@ -89,9 +90,9 @@ def test_the_trunk_learning_rate_scale_puts_the_trunk_in_a_group_of_its_own():
 
 def test_settings_added_after_1_0_move_no_output_at_their_defaults():
     frozen = TrainSettings(trunk="frozen", horizontal_flip=False)
-    assert "trunk_batchnorm" not in significant_settings(frozen)
-    assert "trunk_learning_rate_scale" not in significant_settings(frozen)
-    assert significant_settings(replace(frozen, trunk_learning_rate_scale=0.1))["trunk_learning_rate_scale"] == 0.1
+    assert "trunk_batchnorm" not in significant(frozen)
+    assert "trunk_learning_rate_scale" not in significant(frozen)
+    assert significant(replace(frozen, trunk_learning_rate_scale=0.1))["trunk_learning_rate_scale"] == 0.1
     assert trunk_mode("top3").trained_stages == 3 and trunk_mode("finetune").trained_stages is None
     for bad in ("top0", "top", "top-1", "top02", "topx"):
         with pytest.raises(ValueError, match="top<k>"):

@@ -14,12 +14,14 @@ import pytest
 
 from pipeline import FullRun, Train, TrainDoc2Vec
 from pipeline.config.checks import RunConfigurationError
-from pipeline.config.profiles import SMOKE
+from pipeline.config.profiles import PROFILES
 from pipeline.config.variant_spec import SearchSpace
 from pipeline.config.variants import VARIANTS
 from pipeline.steps.tuning import choose
 from pipeline.tasks.tuning import Tune
 from tests.luigi_runs import build
+
+SMOKE = PROFILES.get("smoke").settings()
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +114,7 @@ def test_a_trial_at_the_shared_settings_is_the_shared_run(smoke_run):
 def test_a_budget_above_a_search_space_is_refused_before_any_work(tmp_path):
     with pytest.raises(RunConfigurationError, match="tuning budget is 10 trials per variant but the search space"):
         FullRun(profile="smoke", run_root=str(tmp_path), set=("tuning.budget=10",))
-    with pytest.raises(RunConfigurationError, match=r"protocol must be one of \('shared', 'tuned', 'both'\), got 'tunned'"):
+    with pytest.raises(RunConfigurationError, match=r"^--protocol: must be one of shared, tuned, both, got 'tunned'$"):
         FullRun(profile="smoke", run_root=str(tmp_path), protocol="tunned")
 
 

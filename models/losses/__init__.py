@@ -4,11 +4,19 @@ within-modality terms) and ``softmax_terms`` (the softmax family). Every other m
 imported here so that its registration runs."""
 
 from common.registry import import_submodules
-from models.losses.base import LOSSES, Loss, LossOutput, LossPreconditionError, build_loss, register_loss
+from models.losses.base import (
+    LOSSES,
+    Loss,
+    LossOutput,
+    LossPreconditionError,
+    build_loss,
+    cross_modal_loss_of,
+    register_loss,
+)
 
 #: modules of this package that define no loss (a new shared helper module is added here)
 HELPER_MODULES = ("base", "checks", "distances", "pair_terms", "softmax_terms")
 
 import_submodules(__name__, __path__, skip=HELPER_MODULES)
 
-__all__ = ["LOSSES", "Loss", "LossOutput", "LossPreconditionError", "build_loss", "register_loss"]
+__all__ = ["LOSSES", "Loss", "LossOutput", "LossPreconditionError", "build_loss", "cross_modal_loss_of", "register_loss"]

@@ -10,7 +10,7 @@ from models.losses.checks import COCOS_EPS, chosen
 from models.losses.pair_terms import ANGULAR_FORMS, AngularTerm, CrossModalTermLoss, tan_squared
 
 
-@register_loss("angular")
+@register_loss("angular", eq8_cross_modal=True)
 class Angular(CrossModalTermLoss):
     """Angular N-pair loss over in-batch negatives, both retrieval directions (Eq. 4).
 

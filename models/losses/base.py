@@ -54,6 +54,7 @@ __all__ = [
     "LossOutput",
     "LossPreconditionError",
     "build_loss",
+    "cross_modal_loss_of",
     "register_loss",
 ]
 
@@ -118,17 +119,24 @@ class Loss(nn.Module, Generic[Prepared]):
 LossClass = TypeVar("LossClass", bound=type[Loss[Any]])
 
 
-def register_loss(name: str, *, model: str = "vse") -> Callable[[LossClass], LossClass]:
+def register_loss(name: str, *, model: str = "vse", eq8_cross_modal: bool = False) -> Callable[[LossClass], LossClass]:
     """Class decorator: make a loss selectable by ``name`` from task parameters; the class learns its name
     (``cls.name``) only once the name is known to be free. ``model``: the model (``models.registry``) whose
-    outputs it reads (PVSE's losses take its K embeddings per item)."""
+    outputs it reads (PVSE's losses take its K embeddings per item); ``eq8_cross_modal``: the cross-modal loss
+    Eq. 8 pairs a within-modality loss with for that model (one per model: :func:`cross_modal_loss_of`)."""
 
     def decorate(cls: LossClass) -> LossClass:
-        LOSSES.add(name, cls, model=model)
+        LOSSES.add(name, cls, model=model, eq8_cross_modal=eq8_cross_modal)
         cls.name = name
         return cls
 
     return decorate
+
+
+def cross_modal_loss_of(model: str) -> str:
+    """The loss registered as Eq. 8's cross-modal loss of ``model`` (``register_loss(..., eq8_cross_modal=True)``)."""
+    (name,) = LOSSES.names(model=model, eq8_cross_modal=True)
+    return name
 
 
 def build_loss(name: str, **params: object) -> Loss[Any]:

@@ -101,7 +101,7 @@ def hinge_contributions(
     return image_to_text.sum(dim=1), text_to_image.sum(dim=0)
 
 
-@register_loss("pvse_mil", model="pvse")
+@register_loss("pvse_mil", model="pvse", eq8_cross_modal=True)
 class PvseMil(Loss[MilScores]):
     """PVSE loss: ``L = L_i2t + L_t2i + diversity_weight * (div(image_res) + div(text_res)) + mmd_weight * MMD``.
 

@@ -11,10 +11,13 @@ captions of one image) or estimated: the group of batch row i is {i, its sampled
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from common.registry import Registry
 from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
 from models.losses.checks import (
     check_choice,
@@ -29,7 +32,6 @@ from models.losses.checks import (
 from models.losses.distances import distance_named
 
 SPACES = ("text", "image")
-GROUP_SOURCES = ("ground_truth", "neighbors")
 
 
 def structure_violations(
@@ -55,6 +57,22 @@ def structure_contributions(violations: Tensor, top_k: int | None) -> Tensor:
     return counts if top_k is None else counts.clamp_max(top_k)
 
 
+@dataclass(frozen=True)
+class GroupSource:
+    """Where Struc's groups come from (its ``group_source``): the keywords it needs, and the ``[Q, P]``
+    violations of every (anchor-positive pair, pool row) it gives (a method of the loss, given the space's
+    embeddings, their groups, the batch's image embeddings and group ids, and the other loss inputs)."""
+
+    name: str
+    needs: frozenset[str]
+    violations: Callable[..., Tensor]
+
+
+#: ``ground_truth``: several captions of one image (``group_ids``); ``neighbors``: the group of batch row i is {i,
+#: its sampled neighbor}, both (row, neighbor) and (neighbor, row) taken as anchor-positive pairs
+GROUP_SOURCES: Registry[GroupSource] = Registry("Struc group source")
+
+
 @register_loss("struc")
 class Struc(Loss[Tensor]):
     """Structure-preserving loss in one space (``space``), the mean over (anchor, group mate) pairs, times
@@ -74,7 +92,8 @@ class Struc(Loss[Tensor]):
     ) -> None:
         super().__init__()
         check_choice("Struc space", space, SPACES)
-        check_choice("group_source", group_source, GROUP_SOURCES)
+        if group_source not in GROUP_SOURCES:
+            raise LossPreconditionError(GROUP_SOURCES.unknown_message(group_source))
         if top_k is not None and top_k < 1:
             raise LossPreconditionError(f"top_k={top_k}: keep at least one negative, or None for all of them")
         self.space = space
@@ -83,11 +102,9 @@ class Struc(Loss[Tensor]):
         self.group_source = group_source
         self.top_k = top_k
         self.distance = distance_named(distance)
-        if group_source == "neighbors":
-            # per instance: only this configuration makes the trainer sample neighbors
-            self.needs = frozenset(NEIGHBOR_KEYWORDS)
-        else:
-            self.needs = frozenset({"group_mates"})
+        self.groups = GROUP_SOURCES.get(group_source)
+        # per instance: only the neighbors' groups make the trainer sample neighbors
+        self.needs = self.groups.needs
 
     def prepare(
         self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **inputs: Tensor
@@ -97,8 +114,11 @@ class Struc(Loss[Tensor]):
         embeddings = text if self.space == "text" else image
         check_embedding_matrix(self.space, embeddings, unit_norm=self.distance.needs_unit_norm)
         groups = default_group_ids(group_ids, embeddings.shape[0], embeddings.device)
-        if self.group_source == "ground_truth":
-            return self._ground_truth_violations(embeddings, groups)
+        return self.groups.violations(self, embeddings, groups, image, group_ids, inputs)
+
+    def _neighbor_violations(
+        self, embeddings: Tensor, groups: Tensor, image: Tensor, group_ids: Tensor | None, inputs: dict[str, Tensor]
+    ) -> Tensor:
         sampled = require_neighbors(image, group_ids, inputs)
         neighbors = sampled.text if self.space == "text" else sampled.image
         check_embedding_matrix(f"neighbor_{self.space}", neighbors, unit_norm=self.distance.needs_unit_norm)
@@ -113,7 +133,7 @@ class Struc(Loss[Tensor]):
             ]
         )
 
-    def _ground_truth_violations(self, embeddings: Tensor, groups: Tensor) -> Tensor:
+    def _ground_truth_violations(self, embeddings: Tensor, groups: Tensor, *_: object) -> Tensor:
         same_group = groups.unsqueeze(0) == groups.unsqueeze(1)
         mates = same_group & ~torch.eye(len(groups), dtype=torch.bool, device=groups.device)
         anchor_index, positive_index = mates.nonzero(as_tuple=True)
@@ -136,3 +156,7 @@ class Struc(Loss[Tensor]):
 
     def contributions(self, violations: Tensor) -> dict[str, Tensor]:
         return contribution_summary(f"struc_{self.space}", structure_contributions(violations, self.top_k))
+
+
+GROUP_SOURCES.add("ground_truth", GroupSource("ground_truth", frozenset({"group_mates"}), Struc._ground_truth_violations))
+GROUP_SOURCES.add("neighbors", GroupSource("neighbors", frozenset(NEIGHBOR_KEYWORDS), Struc._neighbor_violations))

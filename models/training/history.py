@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.files import atomic_path
-from models.settings import SELECTION_METRICS
+from evaluation.selection_metrics import SELECTION_METRICS
 
 HISTORY_FILE = "history.csv"
 
@@ -18,7 +18,7 @@ HISTORY_FILE = "history.csv"
 @dataclass
 class TrainResult:
     """The epochs' rows and the best epoch by ``selection`` (a key of the rows, see
-    ``models.settings.SELECTION_METRICS``), with its value ``best_score``."""
+    ``evaluation.selection_metrics.SELECTION_METRICS``), with its value ``best_score``."""
 
     selection: str = "val_loss"
     history: list[dict] = field(default_factory=list)

@@ -51,7 +51,7 @@ class Trainer:
     ) -> None:
         """``static_step`` (tests only): run the fixed-shape step of ``static_step.py`` even where it is not
         captured (the CPU), to compare it with the plain step; on CUDA ``settings.cuda_graphs`` chooses."""
-        if settings.selection_criterion.ranks_pairs and validation_score is None:
+        if settings.selection_metric.ranks_pairs and validation_score is None:
             raise ValueError(
                 f"selection {settings.selection!r} needs validation_score, the function that scores the "
                 "validation embeddings (pipeline.tasks.training builds it from evaluation.protocol), or set "

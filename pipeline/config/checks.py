@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.config.profiles import Profile
+    from pipeline.config.run_settings import RunSettings
     from pipeline.config.variant_spec import Variant
 
 
@@ -34,12 +34,12 @@ def check_recipe_options(dataset: str, options: Mapping[str, Any]) -> None:
         )
 
 
-def check_tuning(profile: Profile, tuned_variants: Iterable[str], variants: Mapping[str, Variant]) -> None:
+def check_tuning(settings: RunSettings, tuned_variants: Iterable[str], variants: Mapping[str, Variant]) -> None:
     """Raise :class:`RunConfigurationError` for a tuning budget that some tuned variant's search space cannot
     fill (every variant of a comparison gets exactly the budget's trials), or an extended cap not above the cap."""
-    tuning = profile.tuning
+    tuning = settings.tuning
     tuned_variants = list(tuned_variants)
-    cap = profile.train.epochs
+    cap = settings.train.epochs
     if tuned_variants and tuning.extended_cap(cap) <= cap:
         raise RunConfigurationError(
             f"the tuning's extended_epochs ({tuning.extended_cap(cap)}) must be above the epoch cap ({cap}): a "

@@ -4,8 +4,8 @@
 
 Where a setting comes from, later layers winning:
 
-1. the settings dataclasses' defaults (``TrainSettings``, ``Doc2VecSettings`` ...);
-2. the profile (``--profile``, :mod:`pipeline.config.profiles`);
+1. the settings' declared defaults (:class:`pipeline.config.run_settings.RunSettings` and its groups);
+2. the profile's differences from them (``--profile``, :mod:`pipeline.config.profiles`);
 3. the run's changes: ``--set path=value``, then the command line's other flags, each expanded into the one
    change it stands for (``--dataset pairs`` is ``data.recipe="pairs"``, ``--seeds [0,1]`` is ``seeds=[0,1]``,
    ``--variant-overrides`` one ``variants.<name>...`` change per value; :func:`flag_changes`);
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from common.hashing import stable_hash
+from common.settings import SettingValueError, significant
 from data_recipes import CAPTION_GROUP_RECIPES
 from models.settings import TrainSettings
 from pipeline.config.changes import (
@@ -33,7 +34,6 @@ from pipeline.config.changes import (
     apply_change,
     apply_changes,
     read_value,
-    settings_tree,
     split_change,
 )
 from pipeline.config.checks import (
@@ -44,48 +44,49 @@ from pipeline.config.checks import (
     check_trunk_stages,
     check_tuning,
 )
-from pipeline.config.profiles import PROFILES, Profile
-from pipeline.config.records import profile_from_record, to_record
+from pipeline.config.profiles import PROFILES
+from pipeline.config.run_settings import RunSettings, summary_tree
+from pipeline.config.settings_json import as_json, from_json
 from pipeline.config.variant_spec import Variant, VariantError, merge_overrides
 from pipeline.config.variants import VARIANTS, paper_grid, unknown_variant
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """A run's settings, resolved: the profile with the run's changes (``settings``), the variants it compares
-    (``grid``) and every variant it builds (``variants``, resolved)."""
+    """A run's settings, resolved: the defaults with the profile's and the run's changes (``settings``), the
+    variants it compares (``grid``) and every variant it builds (``variants``, resolved)."""
 
     profile: str
     #: every change, as ``path=value``: the ``--set`` ones, then the flags' (:func:`flag_changes`)
     changes: tuple[str, ...]
-    settings: Profile
+    settings: RunSettings
     grid: tuple[str, ...]
     variants: Mapping[str, Variant]
 
     # ------------------------------------------------------------------ identity
-    def record(self) -> dict[str, Any]:
-        """The plan as JSON: what ``run_plan.json`` holds and :meth:`from_record` reads back."""
+    def as_json(self) -> dict[str, Any]:
+        """The plan as JSON: what ``run_plan.json`` holds (its id hashes it) and :meth:`from_json` reads back."""
         return {
             "profile": self.profile,
             "changes": list(self.changes),
-            "settings": to_record(self.settings),
+            "settings": as_json(self.settings),
             "grid": list(self.grid),
-            "variants": {name: spec.record() for name, spec in self.variants.items()},
+            "variants": {name: spec.as_json() for name, spec in self.variants.items()},
         }
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> RunPlan:
+    def from_json(cls, data: Mapping[str, Any]) -> RunPlan:
         return cls(
-            profile=record["profile"],
-            changes=tuple(record["changes"]),
-            settings=profile_from_record(record["settings"]),
-            grid=tuple(record["grid"]),
-            variants={name: Variant.from_record(spec) for name, spec in record["variants"].items()},
+            profile=data["profile"],
+            changes=tuple(data["changes"]),
+            settings=from_json(RunSettings, data["settings"]),
+            grid=tuple(data["grid"]),
+            variants={name: Variant.from_json(spec) for name, spec in data["variants"].items()},
         )
 
     @cached_property
     def id(self) -> str:
-        return stable_hash(self.record())
+        return stable_hash(self.as_json())
 
     # ------------------------------------------------------------------ variants
     def variant(self, name: str, point: Mapping[str, Any] | None = None) -> Variant:
@@ -127,53 +128,51 @@ class RunPlan:
     # ------------------------------------------------------------------ data
     @property
     def recipe(self) -> str:
-        return self.settings.recipe
+        return self.settings.data.recipe
 
     @property
     def data_seed(self) -> int:
-        return self.settings.data_seed
+        return self.settings.data.seed
 
     def shard_dirs(self) -> list[str]:
         """Every raw folder of the dataset, first ``raw_dir`` then ``shards`` in arrival order."""
-        return [self.settings.raw_dir, *self.settings.shards]
+        return [self.settings.data.raw_dir, *self.settings.data.shards]
 
     def recipe_options(self) -> dict[str, Any]:
         """The recipe's options: the profile's for the generated dataset (the recipe it was sized for), then the
-        run's changes; the generated dataset's seed is the data seed unless an option sets it."""
+        run's ``data.options``; the generated dataset's seed is the data seed unless an option sets it."""
         from data_recipes import RECIPE_BUILDERS
 
         generated = RECIPE_BUILDERS.tags(self.recipe)["generated"]
-        options = dict(self.settings.dataset_options) if generated else {}
-        options.update(self.settings.recipe_option_changes)
+        options = dict(self.settings.data.generated_options) if generated else {}
+        options.update(self.settings.data.options)
         if generated:
             options.setdefault("seed", self.data_seed)
         return options
 
-    def dataset_record(self) -> dict[str, Any]:
-        s = self.settings
+    def dataset_summary(self) -> dict[str, Any]:
+        data = self.settings.data
         return {
-            "name": s.recipe,
-            "raw_dir": s.raw_dir,
-            "shards": list(s.shards),
+            "name": data.recipe,
+            "raw_dir": data.raw_dir,
+            "shards": list(data.shards),
             "options": self.recipe_options(),
-            "data_seed": s.data_seed,
-            "reject_budget": s.reject_budget,
+            "data_seed": data.seed,
+            "reject_budget": data.reject_budget,
         }
 
     # ------------------------------------------------------------------ what a person reads
     def summary(self) -> dict[str, Any]:
-        """What ``run_plan.json`` shows a reader beside the record: the dataset, the protocols, every setting
+        """What ``run_plan.json`` shows a reader beside what its id hashes: the dataset, the protocols, every setting
         as the ``--set`` tree, and each variant of the grid with its losses, training settings, seeds and
         search space."""
-        from models.settings import significant_settings
-
         variants = {}
         for name in self.grid:
             spec = self.variant(name)
             tuned = name in self.tuned_variants()
             variants[name] = {
                 **spec.as_dict(),
-                "train": significant_settings(spec.train_settings(self.settings.train)),
+                "train": significant(spec.train_settings(self.settings.train)),
                 "seeds": list(self.seeds_for(name)),
                 "protocols": self.variant_protocols(name),
                 "search_space": {k: list(v) for k, v in spec.search_space.values.items()} if tuned else None,
@@ -181,14 +180,14 @@ class RunPlan:
         return {
             "profile": self.profile,
             "changes": list(self.changes),
-            "dataset": self.dataset_record(),
+            "dataset": self.dataset_summary(),
             "protocols": list(self.protocols()),
-            "settings": settings_tree(self.settings),
+            "settings": summary_tree(self.settings),
             "variants": variants,
         }
 
 
-def resolve_variant(settings: Profile, name: str) -> Variant:
+def resolve_variant(settings: RunSettings, name: str) -> Variant:
     """Variant ``name`` as a run of ``settings`` trains it: the table's row, the profile's loss defaults where
     it leaves a parameter unset, then the run's changes to every variant (``*``) and to this one."""
     if name not in VARIANTS:
@@ -196,16 +195,16 @@ def resolve_variant(settings: Profile, name: str) -> Variant:
     return VARIANTS[name].with_loss_defaults(settings.loss_defaults).with_overrides(variant_changes_for(settings, name))
 
 
-def variant_changes_for(settings: Profile, name: str) -> dict[str, Any]:
+def variant_changes_for(settings: RunSettings, name: str) -> dict[str, Any]:
     """The run's changes to variant ``name``: those for every variant (``*``) under those naming it. A ``*``
     change of a loss applies to the variants that have that loss."""
     losses = set(VARIANTS[name].loss_names())
     every = {
         key: value
-        for key, value in settings.variant_overrides.get(EVERY_VARIANT, {}).items()
+        for key, value in settings.variants.get(EVERY_VARIANT, {}).items()
         if key in VARIANT_KEYS or key in losses
     }
-    return merge_overrides(every, settings.variant_overrides.get(name, {}))
+    return merge_overrides(every, settings.variants.get(name, {}))
 
 
 def resolve_plan(
@@ -216,25 +215,22 @@ def resolve_plan(
     (:func:`check_plan`). A wrong value is one :class:`RunConfigurationError`."""
     if profile not in PROFILES:
         raise RunConfigurationError(PROFILES.unknown_message(profile))
-    settings = apply_changes(PROFILES.get(profile), changes)
+    settings = apply_changes(PROFILES.get(profile).settings(), changes)
     for name in [*grid, *extra]:
         if name not in VARIANTS:
             raise RunConfigurationError(str(unknown_variant(name)))
-    for name in settings.grid:
-        if name not in VARIANTS:
-            raise RunConfigurationError(f"profile {profile!r}: {unknown_variant(name)}")
-    grid = tuple(dict.fromkeys(grid)) or settings.grid or paper_grid(settings.recipe in CAPTION_GROUP_RECIPES)
+    grid = tuple(dict.fromkeys(grid)) or settings.grid or paper_grid(settings.data.recipe in CAPTION_GROUP_RECIPES)
     # every variant the run builds, and every variant a change names (checked to build, not kept)
     names = dict.fromkeys([*grid, *extra])
-    changed = [n for n in settings.variant_overrides if n != EVERY_VARIANT]
-    checked = set(changed) | (set(VARIANTS) if EVERY_VARIANT in settings.variant_overrides else set())
+    changed = [n for n in settings.variants if n != EVERY_VARIANT]
+    checked = set(changed) | (set(VARIANTS) if EVERY_VARIANT in settings.variants else set())
     resolved = {name: _resolved(settings, name) for name in names}
     plan = RunPlan(profile, tuple(changes), settings, grid, resolved)
     check_plan(plan, {name: _resolved(settings, name) for name in sorted(checked - set(names))})
     return plan
 
 
-def _resolved(settings: Profile, name: str) -> Variant:
+def _resolved(settings: RunSettings, name: str) -> Variant:
     """:func:`resolve_variant`, a change it cannot apply being one line naming the variant."""
     try:
         return resolve_variant(settings, name)
@@ -251,19 +247,17 @@ def check_plan(plan: RunPlan, also: Mapping[str, Variant]) -> None:
     from data_recipes import RECIPE_BUILDERS
 
     s = plan.settings
-    if s.recipe not in RECIPE_BUILDERS:
-        raise RunConfigurationError(RECIPE_BUILDERS.unknown_message(s.recipe))
-    generated = RECIPE_BUILDERS.tags(s.recipe)["generated"]
-    if s.shards and generated:
+    generated = RECIPE_BUILDERS.tags(plan.recipe)["generated"]
+    if s.data.shards and generated:
         raise RunConfigurationError(
-            f"shards need a recipe that reads raw files; the {s.recipe} dataset is generated (change its options "
+            f"shards need a recipe that reads raw files; the {plan.recipe} dataset is generated (change its options "
             "with --set data.options.<name>=... instead)"
         )
     if not generated:
         for path in plan.shard_dirs():
             if not path or not Path(path).exists():
-                raise RunConfigurationError(f"--raw-dir / --shards: {path or '(none given)'} does not exist; the {s.recipe} recipe reads its raw files from there")
-    check_recipe_options(s.recipe, plan.recipe_options())
+                raise RunConfigurationError(f"--raw-dir / --shards: {path or '(none given)'} does not exist; the {plan.recipe} recipe reads its raw files from there")
+    check_recipe_options(plan.recipe, plan.recipe_options())
     if s.doc2vec.hs == 0 and s.doc2vec.negative == 0:
         raise RunConfigurationError("doc2vec: hs=0 and negative=0 leave Doc2Vec no output layer to train; set doc2vec.hs=1 or doc2vec.negative>0")
     for name, spec in [*plan.variants.items(), *also.items()]:
@@ -272,7 +266,13 @@ def check_plan(plan: RunPlan, also: Mapping[str, Variant]) -> None:
         except (VariantError, ValueError, TypeError) as error:
             raise RunConfigurationError(f"--set variants.{name}: {error}") from None
     for name in plan.variants:
-        check_training(name, plan.train_settings(name))
+        try:
+            train = plan.train_settings(name)  # the profile's, the variant's row's and the run's, made one object
+        except SettingValueError as error:
+            raise RunConfigurationError(f"variant {name}: train.{error}") from None
+        except ValueError as error:  # TrainSettings' own check of several fields
+            raise RunConfigurationError(f"variant {name}: {error}") from None
+        check_training(name, train)
     labels = [plan.variants[name].label for name in plan.grid]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
@@ -295,7 +295,7 @@ def check_training(name: str, t: TrainSettings) -> None:
             f"variant {name}: train.horizontal_flip needs pixels, but train.trunk={t.trunk} trains on cached trunk "
             "features: set train.horizontal_flip=false"
         )
-    if t.selection_criterion.n_way and t.selection_max_pairs < t.selection_n_way:
+    if t.selection_metric.n_way and t.selection_max_pairs < t.selection_n_way:
         raise RunConfigurationError(
             f"variant {name}: train.selection_max_pairs ({t.selection_max_pairs}) is below the n-way task it "
             f"selects by (train.selection_n_way {t.selection_n_way}): raise it"

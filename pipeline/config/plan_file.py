@@ -29,8 +29,8 @@ logger = logging.getLogger("luigi-interface")
 #: ``<run_root>/RunPlan/<id>/run_plan.json``: the plans of a run root, one folder per plan like a task's output
 PLAN_FOLDER = "RunPlan"
 PLAN_FILE = "run_plan.json"
-#: the fields of ``run_plan.json`` its id hashes (:meth:`RunPlan.record`); ``summary`` is for a reader
-RECORD_FIELDS = ("profile", "changes", "settings", "grid", "variants")
+#: the fields of ``run_plan.json`` its id hashes (:meth:`RunPlan.as_json`); ``summary`` is for a reader
+ID_FIELDS = ("profile", "changes", "settings", "grid", "variants")
 #: larger than any plan (a few hundred KB with many variants): a bigger file is not read
 MAX_PLAN_BYTES = 16 << 20
 
@@ -78,15 +78,15 @@ def _read(path: Path, plan_id: str) -> tuple[RunPlan | None, str]:
         return None, f"unreadable ({type(error).__name__}: {error})"
     except (ValueError, RecursionError) as error:
         return None, f"not JSON, or cut off ({type(error).__name__})"
-    if not isinstance(data, dict) or not all(field in data for field in RECORD_FIELDS):
+    if not isinstance(data, dict) or not all(field in data for field in ID_FIELDS):
         return None, "not a run plan (its fields are missing)"
-    if stable_hash({field: data[field] for field in RECORD_FIELDS}) != plan_id:
+    if stable_hash({field: data[field] for field in ID_FIELDS}) != plan_id:
         return None, "edited: its content is not the plan its name says"
     try:
-        plan = RunPlan.from_record(data)
+        plan = RunPlan.from_json(data)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         return None, f"not a run plan ({type(error).__name__}: {error})"
-    if plan.id != plan_id:  # a record this code reads differently from the one it was written from
+    if plan.id != plan_id:  # a file this code reads differently from the plan it was written from
         return None, "not a run plan this code reads back the same"
     if data.get("summary") != json.loads(json.dumps(plan.summary(), default=str)):
         return None, "edited: its summary is not the plan's"
@@ -140,7 +140,7 @@ def write_plan(run_root: str | Path, plan: RunPlan) -> str | None:
         logger.warning("%s was %s: written anew from the plan of this run", path, problem)
     # in the plan's own order: a reader iterates some mappings in order (the split fractions, a search space's
     # knobs), which the id (a hash of sorted JSON) does not see
-    write_json(path, {**plan.record(), "summary": plan.summary()}, sort_keys=False)
+    write_json(path, {**plan.as_json(), "summary": plan.summary()}, sort_keys=False)
     _READ.pop(_key(run_root, plan.id), None)
     return problem
 
@@ -149,8 +149,8 @@ def _order_problem(run_root: str | Path, plan: RunPlan) -> str | None:
     """Whether plan ``plan``'s intact file holds its mappings in another order than the plan (older versions wrote
     it with sorted keys): the same id, but not what every reader would read back."""
     written = json.loads(plan_path(run_root, plan.id).read_text())
-    ordered = json.loads(json.dumps(plan.record(), default=str))
-    in_order = all(json.dumps(written[field]) == json.dumps(ordered[field]) for field in RECORD_FIELDS)
+    ordered = json.loads(json.dumps(plan.as_json(), default=str))
+    in_order = all(json.dumps(written[field]) == json.dumps(ordered[field]) for field in ID_FIELDS)
     return None if in_order else "in another key order than the plan (an older version's sorted keys)"
 
 

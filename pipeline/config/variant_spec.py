@@ -50,7 +50,7 @@ class LossSpec:
     def __post_init__(self) -> None:
         if self.name not in LOSSES:
             raise VariantError(LOSSES.unknown_message(self.name))
-        # a deprecated loss name is its new name (one output hash, one record)
+        # a deprecated loss name is its new name (one output hash, one plan)
         object.__setattr__(self, "name", LOSSES.resolve(self.name))
         check_names(f"parameter(s) of loss {self.name!r}", self.params, parameters_of(LOSSES[self.name], 0))
 
@@ -267,8 +267,8 @@ class Variant:
     def build_losses(self) -> list[Loss]:
         return [loss.build() for loss in self.losses]
 
-    def record(self) -> dict[str, Any]:
-        """Everything this variant is, as JSON (:meth:`from_record` builds it back): what a run plan holds."""
+    def as_json(self) -> dict[str, Any]:
+        """Everything this variant is, as JSON (:meth:`from_json` builds it back): what a run plan holds."""
         return {
             **self._described(),
             "losses": [{"name": loss.name, "params": dict(loss.params)} for loss in self.losses],
@@ -277,7 +277,7 @@ class Variant:
         }
 
     def _described(self) -> dict[str, Any]:
-        """What the record and the hashed form both say of the variant besides its losses."""
+        """What the JSON and the hashed form both say of the variant besides its losses."""
         return {
             "name": self.name,
             "label": self.label,
@@ -287,16 +287,16 @@ class Variant:
         }
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Variant:
-        space = record["search_space"]
+    def from_json(cls, data: Mapping[str, Any]) -> Variant:
+        space = data["search_space"]
         return cls(
-            name=record["name"],
-            label=record["label"],
-            losses=tuple(LossSpec(loss["name"], loss["params"]) for loss in record["losses"]),
-            model=record["model"],
-            neighbor_source=record["neighbor_source"],
-            model_options=record["model_options"],
-            train=record["train"],
+            name=data["name"],
+            label=data["label"],
+            losses=tuple(LossSpec(loss["name"], loss["params"]) for loss in data["losses"]),
+            model=data["model"],
+            neighbor_source=data["neighbor_source"],
+            model_options=data["model_options"],
+            train=data["train"],
             search_space=None if space is None else SearchSpace({k: tuple(v) for k, v in space.items()}),
         )
 

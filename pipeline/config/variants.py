@@ -100,17 +100,13 @@ for _variant in (
 ):
     VARIANTS.add(_variant.name, _variant)
 
-#: the cross-modal loss Eq. 8 pairs a within-modality loss with, per model
-CROSS_MODAL_LOSS = {"vse": "angular", "pvse": "pvse_mil"}
-
-
 def single_loss_variants() -> dict[str, Variant]:
     """One variant per registered loss, named ``loss_<name>``, so any loss of the library trains from
     FullRun/Train parameters (``--variants '["loss_nt_xent"]'``). A within-modality-only loss is paired
     with its model's cross-modal loss (Eq. 8 form) and Doc2Vec neighbors; group losses (SmoothAP, Struc)
     need a dataset with several captions per image.
     """
-    from models.losses import LOSSES, build_loss
+    from models.losses import LOSSES, build_loss, cross_modal_loss_of
 
     variants = {}
     for name in sorted(LOSSES):
@@ -118,7 +114,7 @@ def single_loss_variants() -> dict[str, Variant]:
         needs_neighbors = build_loss(name).needs_neighbors
         losses = (LossSpec(name),)
         if needs_neighbors:
-            losses = (LossSpec(CROSS_MODAL_LOSS[model]), *losses)
+            losses = (LossSpec(cross_modal_loss_of(model)), *losses)
         variants[f"loss_{name}"] = Variant(
             f"loss_{name}", name, losses, model=model, neighbor_source="text" if needs_neighbors else None
         )

@@ -35,8 +35,6 @@ from pipeline.engine.spawn import produce_in_own_process, runs_in_own_process
 META_FILE = "_meta.json"
 #: in a resumable task's work folder: the code lineage its partial output was made with
 CODE_MARKER = "_code.json"
-#: the code record of an output that holds none (made before 1.0, which began recording them): stale to any code
-NO_CODE_RECORD: dict[str, Any] = {"lineage": None, "versions": {}}
 
 __all__ = ["CODE_MARKER", "META_FILE", "HashedTask", "stable_hash", "threads_per_worker"]
 
@@ -166,17 +164,11 @@ class HashedTask(luigi.Task):
             cache[version] = code
         return code
 
-    def recorded_code(self, meta: Any) -> dict[str, Any]:
-        """The code record an output's meta (or a work folder's marker) holds (none, or an unreadable one: stale
-        to any code)."""
-        code = meta.get("code") if isinstance(meta, dict) else None
-        return code if isinstance(code, dict) and "lineage" in code else NO_CODE_RECORD
-
     def produced_code(self, inputs: list[HashedTask]) -> dict[str, Any]:
         """The code record of an output made now from ``inputs``: today's version of its family over the
         records its inputs *hold*. An input kept from older code (``--keep-stale``) so passes its age on, and a
         later run without the flag finds this output stale too."""
-        recorded = [task.recorded_code(task.meta()) for task in inputs]
+        recorded = [task.meta()["code"] for task in inputs]
         return self._code_over(version_of(self.get_task_family()), recorded)
 
     def stale_reason(self) -> str | None:
@@ -185,12 +177,10 @@ class HashedTask(luigi.Task):
         meta = self._readable_meta()
         if meta is None:
             return None
-        recorded = self.recorded_code(meta)
+        recorded = meta["code"]
         now = self.code()
         if recorded["lineage"] == now["lineage"]:
             return None
-        if recorded["lineage"] is None:
-            return "code: made before 1.0 (no code record)"
         was = recorded.get("versions", {})
         changed = [
             f"{family} {was.get(family, '?')} -> {version}"
@@ -351,8 +341,8 @@ class HashedTask(luigi.Task):
         lineage = self.code()["lineage"]
         if any(Path(work_dir).iterdir()):
             try:
-                kept = self.recorded_code(read_json(marker))["lineage"]
-            except (OSError, ValueError, RecursionError):  # missing or damaged (derived): taken as other code
+                kept = read_json(marker)["code"]["lineage"]
+            except (OSError, ValueError, RecursionError, KeyError, TypeError):  # missing or damaged: other code
                 kept = None
             if kept != lineage:
                 logger.warning("%s: its partial output was made by other code: starting again", self.task_id)
@@ -371,12 +361,14 @@ class HashedTask(luigi.Task):
         return cached[1]
 
     def _readable_meta(self) -> dict[str, Any] | None:
-        """:meth:`meta`, None when it is missing or damaged (not JSON, not an object)."""
+        """:meth:`meta`, None when it is missing or damaged (not JSON, not an object, or without the code record
+        every output's ``_meta.json`` holds)."""
         try:
             meta = self.meta()
         except (OSError, ValueError, RecursionError):
             return None
-        return meta if isinstance(meta, dict) else None
+        code = meta.get("code") if isinstance(meta, dict) else None
+        return meta if isinstance(code, dict) and isinstance(code.get("lineage"), str) else None
 
     def build_id(self) -> str | None:
         """The id of the build that made this output (None: none recorded, or no output)."""

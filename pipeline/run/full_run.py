@@ -15,8 +15,8 @@ from pipeline.config.checks import RunConfigurationError, exit_or_raise
 from pipeline.config.plan import RunPlan, with_change
 from pipeline.config.plan_file import hold_plan
 from pipeline.run.scheduler import check_scheduler
+from pipeline.tasks.base import PlanParams
 from pipeline.tasks.data import Split, check_split_fits
-from pipeline.tasks.params import PlanParams
 from pipeline.tasks.report import Report
 from pipeline.tasks.sweep import Sweep
 

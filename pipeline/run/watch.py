@@ -13,15 +13,6 @@ import luigi
 from pipeline.run.progress import ProgressDisplay, WatchedTask
 from pipeline.run.status import DONE, KEPT, PlannedTask, task_plan
 
-#: what a Train's selection metric is called on the status line
-METRIC_LABELS = {
-    "val_nway_r1": "val {n}-way R@1",
-    "val_rsum": "val rsum",
-    "val_auc": "val AUC",
-    "val_mrr": "val MRR",
-    "val_medr": "val median rank",
-    "val_loss": "val loss",
-}
 _started: list[ProgressDisplay] = []
 
 
@@ -31,7 +22,7 @@ def watched(planned: PlannedTask) -> WatchedTask:
     if planned.family != "Train":
         return WatchedTask(planned.family, task.output_dir(), planned.label(), pending=pending)
     settings = task.train_settings()
-    label = METRIC_LABELS.get(settings.selection, settings.selection).format(n=settings.selection_n_way)
+    label = settings.selection_metric.progress_label_for(settings.selection_n_way)
     return WatchedTask(
         "Train", task.output_dir(), planned.label(), settings.epochs, settings.selection, label, pending=pending
     )

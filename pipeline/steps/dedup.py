@@ -23,16 +23,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from pipeline.steps.dedup_settings import DEFAULTS
 from pipeline.steps.lsh_index import DedupIndex
 from pipeline.steps.minhash import is_empty_signature, minhash_signatures
 
 _SNIPPET_CHARS = 80
 _N_EXAMPLE_CLUSTERS = 5
-#: the defaults of :func:`deduplicate`; equal to the profiles' ``dedup_threshold`` / ``dedup_num_perm`` /
-#: ``dedup_shingle_size`` (tests/test_dedup.py checks), so the one-shot call agrees with the pipeline
-DEFAULT_THRESHOLD = 0.7
-DEFAULT_NUM_PERM = 128
-DEFAULT_SHINGLE_SIZE = 3
+
 
 
 @dataclass
@@ -46,9 +43,9 @@ class DedupResult:
 
 def deduplicate(
     manifest: pd.DataFrame,
-    threshold: float = DEFAULT_THRESHOLD,
-    num_perm: int = DEFAULT_NUM_PERM,
-    shingle_size: int = DEFAULT_SHINGLE_SIZE,
+    threshold: float = DEFAULTS.threshold,
+    num_perm: int = DEFAULTS.num_perm,
+    shingle_size: int = DEFAULTS.shingle_size,
     *,
     seed: int = 1,
     lsh_threshold: float | None = None,
@@ -56,8 +53,8 @@ def deduplicate(
     """Remove near-duplicate texts, keeping the smallest pair_id of each cluster (manifest order kept).
 
     The one-shot form of :func:`deduplicate_into` (a fresh index): what a sharded, incremental run must
-    reproduce. Its defaults are the profiles' (``Profile.dedup_*``), so a call without settings removes
-    what the pipeline removes.
+    reproduce. Its defaults are ``DedupSettings``' (:mod:`pipeline.steps.dedup_settings`), so a call without settings removes what the pipeline
+    removes.
     """
     index = DedupIndex(threshold, num_perm, seed, lsh_threshold)
     return deduplicate_into(index, manifest, shingle_size)
@@ -66,9 +63,9 @@ def deduplicate(
 def deduplicate_reusing(
     stored: DedupIndex | None,
     manifest: pd.DataFrame,
-    threshold: float = DEFAULT_THRESHOLD,
-    num_perm: int = DEFAULT_NUM_PERM,
-    shingle_size: int = DEFAULT_SHINGLE_SIZE,
+    threshold: float = DEFAULTS.threshold,
+    num_perm: int = DEFAULTS.num_perm,
+    shingle_size: int = DEFAULTS.shingle_size,
 ) -> tuple[DedupResult, DedupIndex]:
     """:func:`deduplicate` of ``manifest`` (the same kept pairs and clusters), hashing only the texts whose
     pair_id ``stored`` (an earlier shard's index, or None) does not hold; returns the result and the new
@@ -126,7 +123,7 @@ def deduplicate_reusing(
 def deduplicate_into(
     index: DedupIndex,
     manifest: pd.DataFrame,
-    shingle_size: int = 3,
+    shingle_size: int = DEFAULTS.shingle_size,
     *,
     signatures: np.ndarray | None = None,
 ) -> DedupResult:

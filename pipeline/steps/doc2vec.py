@@ -8,22 +8,23 @@ from dataclasses import dataclass
 import numpy as np
 from gensim.models.doc2vec import Doc2Vec, TaggedDocument
 
-from common.hashing import stable_string_hash
+from common.settings import at_least, one_of, redeclared, setting
 from models.doc2vec import infer_vectors
+from pipeline.steps.text import GensimSettings
 
 
 @dataclass(frozen=True)
-class Doc2VecSettings:
-    """gensim Doc2Vec, distributed memory with hierarchical softmax (paper §3.3)."""
+class Doc2VecSettings(GensimSettings):
+    """gensim Doc2Vec, distributed memory with hierarchical softmax (paper §3.3); its vectors span the semantic
+    space Ω. The paper's window, minimum count and epochs."""
 
-    vector_size: int = 200
-    window: int = 20
-    min_count: int = 20
-    epochs: int = 20
-    dm: int = 1
-    hs: int = 1
-    negative: int = 0
-    infer_epochs: int = 20
+    window: int = redeclared(GensimSettings, "window", 20)
+    min_count: int = redeclared(GensimSettings, "min_count", 20)
+    epochs: int = redeclared(GensimSettings, "epochs", 20)
+    dm: int = setting(1, "1: distributed memory (PV-DM, the paper's); 0: distributed bag of words", one_of(0, 1))
+    hs: int = setting(1, "1: hierarchical softmax (the paper's); 0: none (then negative > 0)", one_of(0, 1))
+    negative: int = setting(0, "noise words drawn per word for negative sampling (0: none)", at_least(0))
+    infer_epochs: int = setting(20, "passes inferring the vector of a text outside the train split", at_least(1))
 
 
 def train_doc2vec(train_tokens: Sequence[list[str]], settings: Doc2VecSettings, seed: int) -> Doc2Vec:
@@ -31,18 +32,7 @@ def train_doc2vec(train_tokens: Sequence[list[str]], settings: Doc2VecSettings, 
     if not train_tokens:
         raise ValueError("no train texts: Doc2Vec needs the train split to be non-empty")
     documents = [TaggedDocument(tokens, [i]) for i, tokens in enumerate(train_tokens)]
-    model = Doc2Vec(
-        vector_size=settings.vector_size,
-        window=settings.window,
-        min_count=settings.min_count,
-        dm=settings.dm,
-        hs=settings.hs,
-        negative=settings.negative,
-        epochs=settings.epochs,
-        seed=seed,
-        workers=1,
-        hashfxn=stable_string_hash,
-    )
+    model = Doc2Vec(dm=settings.dm, hs=settings.hs, negative=settings.negative, **settings.gensim_options(seed))
     model.build_vocab(documents)
     if not model.wv.index_to_key:
         raise ValueError(

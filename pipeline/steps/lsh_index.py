@@ -16,6 +16,7 @@ from datasketch import MinHashLSH
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from pipeline.steps.dedup_settings import DEFAULTS
 from pipeline.steps.minhash import EMPTY_HASH, is_empty_signature, signature_hashes
 
 # How far below the verification threshold the LSH banding is tuned (see DedupIndex).
@@ -79,7 +80,7 @@ class DedupIndex:
     """
 
     def __init__(
-        self, threshold: float, num_perm: int = 128, seed: int = 1, lsh_threshold: float | None = None
+        self, threshold: float, num_perm: int = DEFAULTS.num_perm, seed: int = 1, lsh_threshold: float | None = None
     ) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from datasketch import MinHash
 
+from pipeline.steps.dedup_settings import DEFAULTS
+
 MINHASH_SCHEME = "affine32"
 EMPTY_HASH = np.uint32(0xFFFFFFFF)
 # Shingles per numpy batch: the permuted batch is shingles x num_perm uint32 (~32 MiB at 128).
@@ -30,7 +32,7 @@ def normalise_for_dedup(text: str) -> list[str]:
     return _PUNCTUATION.sub("", str(text).lower()).split()
 
 
-def text_shingles(text: str, shingle_size: int = 3) -> list[str]:
+def text_shingles(text: str, shingle_size: int = DEFAULTS.shingle_size) -> list[str]:
     """Distinct word ``shingle_size``-grams of the normalised text, in order of first appearance.
 
     A text with fewer words than ``shingle_size`` is represented by its words, so short texts are
@@ -45,13 +47,24 @@ def text_shingles(text: str, shingle_size: int = 3) -> list[str]:
     return list(dict.fromkeys(grams))
 
 
+#: MurmurHash3's finalisers: (the unsigned type, its three shifts, its two multipliers)
+_FMIX32 = (np.uint32, (16, 13, 16), (0x85EBCA6B, 0xC2B2AE35))
+_FMIX64 = (np.uint64, (33, 33, 33), (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53))
+
+
+def _fmix(values: np.ndarray, finaliser: tuple) -> np.ndarray:
+    """MurmurHash3's finaliser of ``values``' width: xor-shift, multiply, xor-shift, multiply, xor-shift (wrapping)."""
+    kind, (first, second, third), (one, two) = finaliser
+    values = values ^ (values >> kind(first))
+    values = values * kind(one)
+    values = values ^ (values >> kind(second))
+    values = values * kind(two)
+    return values ^ (values >> kind(third))
+
+
 def _fmix32(values: np.ndarray) -> np.ndarray:
     """MurmurHash3's 32-bit finaliser, as datasketch applies it before its affine permutations."""
-    values = values ^ (values >> np.uint32(16))
-    values = values * np.uint32(0x85EBCA6B)
-    values = values ^ (values >> np.uint32(13))
-    values = values * np.uint32(0xC2B2AE35)
-    return values ^ (values >> np.uint32(16))
+    return _fmix(values, _FMIX32)
 
 
 def _sha1_hash32(shingles: Sequence[str]) -> np.ndarray:
@@ -75,7 +88,7 @@ def _batches(texts: Sequence[str], shingle_size: int) -> Iterator[tuple[int, lis
 
 
 def minhash_signatures(
-    texts: Sequence[str], num_perm: int = 128, seed: int = 1, shingle_size: int = 3
+    texts: Sequence[str], num_perm: int = DEFAULTS.num_perm, seed: int = 1, shingle_size: int = DEFAULTS.shingle_size
 ) -> np.ndarray:
     """MinHash signatures uint32 [N, num_perm] of the texts' shingle sets.
 
@@ -118,11 +131,7 @@ def fold_words(columns: np.ndarray) -> np.ndarray:
 
 
 def _fmix64(values: np.ndarray) -> np.ndarray:
-    values = values ^ (values >> np.uint64(33))
-    values = values * np.uint64(0xFF51AFD7ED558CCD)
-    values = values ^ (values >> np.uint64(33))
-    values = values * np.uint64(0xC4CEB9FE1A85EC53)
-    return values ^ (values >> np.uint64(33))
+    return _fmix(values, _FMIX64)
 
 
 def signature_hashes(signatures: np.ndarray, bands: int, rows_per_band: int) -> tuple[np.ndarray, np.ndarray]:

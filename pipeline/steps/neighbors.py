@@ -11,19 +11,28 @@ import numpy as np
 from annoy import AnnoyIndex
 
 from common.files import native_write
+from common.settings import Limit, at_least, check_declared, setting
 
 
 @dataclass(frozen=True)
 class NeighborSettings:
     """Annoy tables of the k nearest train neighbors (paper: k = 200, Eq. 5)."""
 
-    k: int = 200
-    #: i' is drawn from the first ``sample_k`` non-duplicate neighbors of the k-table (the authors'
-    #: released code: distance-0 entries dropped, then ``[:10]``); ``None`` draws from all k (paper text).
-    sample_k: int | None = 10
-    n_trees: int = 50
-    search_k: int = -1  # Annoy's default: n_trees * k
-    recall_queries: int = 500
+    k: int = setting(200, "neighbors listed per train item (the paper's k of Eq. 5)", at_least(1))
+    #: the authors' released code drops distance-0 entries, then takes ``[:10]``; the paper's text draws from all k
+    sample_k: int | None = setting(
+        10, "i' is drawn from the first sample_k non-duplicate neighbors (null: from all k)", at_least(1, or_null=True)
+    )
+    n_trees: int = setting(50, "Annoy trees (more: better recall, slower build)", at_least(1))
+    search_k: int = setting(
+        -1,
+        "nodes Annoy inspects per query (-1: its default, n_trees * k)",
+        Limit(lambda v: v == -1 or v >= 1, "-1 (Annoy's default) or >= 1"),
+    )
+    recall_queries: int = setting(500, "items whose neighbors are checked against exact search", at_least(0))
+
+    def __post_init__(self) -> None:
+        check_declared(self)
 
 
 ANNOY_METRIC = "angular"  # cosine distance: Doc2Vec and CNN features are compared by direction
@@ -52,7 +61,12 @@ def build_annoy_index(vectors: np.ndarray, n_trees: int, seed: int) -> AnnoyInde
 
 
 def annoy_neighbor_table(
-    vectors: np.ndarray, k: int, n_trees: int, search_k: int = -1, seed: int = 0, save_to: Path | None = None
+    vectors: np.ndarray,
+    k: int,
+    n_trees: int,
+    search_k: int = NeighborSettings.search_k,
+    seed: int = 0,
+    save_to: Path | None = None,
 ) -> NeighborTable:
     """For each row, its ``k`` nearest other rows (itself excluded), by Annoy.
 

@@ -1,7 +1,7 @@
-"""The validation scores checkpoints are selected by (``TrainSettings.selection``): every candidate metric of
-:mod:`evaluation.selection_metrics` (expected n-way R@1, AUC, MRR, median rank) and the full-ranking rsum of
-the validation split, computed by the same code as the test split's (:func:`evaluation.protocol.full_ranking`),
-on at most ``max_pairs`` validation pairs. Every epoch's row of ``history.csv`` holds them all, so a run can
+"""The validation scores checkpoints are selected by (``TrainSettings.selection``): every metric of
+:data:`evaluation.selection_metrics.SELECTION_METRICS` computed from the validation ranking (expected n-way R@1,
+AUC, MRR, median rank, and the rsum of the full ranking, computed by the same code as the test split's,
+:func:`evaluation.protocol.full_ranking`), on at most ``max_pairs`` validation pairs. Every epoch's row of ``history.csv`` holds them all, so a run can
 be re-read under any of them; the one ``selection`` names decides the best checkpoint and early stopping."""
 
 from __future__ import annotations
@@ -12,8 +12,13 @@ import numpy as np
 
 from data_recipes.manifest import ManifestError
 from evaluation.protocol import EVAL_SEED, full_ranking, retrieval_layout
-from evaluation.selection_metrics import QueryRanks, both_directions, candidate_metrics
-from models.settings import SELECTION_METRICS
+from evaluation.selection_metrics import (
+    SELECTION_METRICS,
+    QueryRanks,
+    ValidationRanking,
+    both_directions,
+    ranking_metrics,
+)
 
 
 def sample_whole_groups(group_ids: np.ndarray, max_pairs: int, seed: int = EVAL_SEED) -> np.ndarray:
@@ -40,7 +45,6 @@ class ValidationScorer:
         self.rows = sample_whole_groups(group_ids, max_pairs)
         self.group_ids = np.asarray(group_ids)[self.rows]
         self.layout = retrieval_layout(self.group_ids, np.asarray(image_ids)[self.rows], np.asarray(texts)[self.rows])
-        self.metrics = candidate_metrics(n_way)
         self.n_way = n_way
         self.n_pairs = len(group_ids)
         # the fewest items of other groups a validation query has: an n-way draw needs n - 1 of them
@@ -60,17 +64,18 @@ class ValidationScorer:
     def ranks(self, image: np.ndarray, text: np.ndarray) -> dict[str, QueryRanks]:
         return both_directions(image[self.rows], text[self.rows], self.group_ids)
 
-    def __call__(self, image: np.ndarray, text: np.ndarray) -> dict[str, float]:
-        ranks = self.ranks(image, text)
-        # every candidate is recorded; one this split cannot compute (too few pairs for an n-way draw) is NaN
-        defined = self.fewest_others >= self.n_way - 1
-        scores = {
-            name: metric.value(ranks) if defined or not SELECTION_METRICS[name].n_way else float("nan")
-            for name, metric in self.metrics.items()
-        }
+    def ranking(self, image: np.ndarray, text: np.ndarray) -> ValidationRanking:
+        """What every metric is computed from: the ranks, and the full ranking with the split's layout (an image's
+        best caption with several captions per image, as on test)."""
         ranked = full_ranking(image[self.rows], text[self.rows], self.layout)["all"]
-        # the layout-aware rsum (an image's best caption with several captions per image), as on test
-        scores["val_rsum"] = ranked["rsum"]
+        return ValidationRanking(self.ranks(image, text), self.n_way, ranked)
+
+    def __call__(self, image: np.ndarray, text: np.ndarray) -> dict[str, float]:
+        ranking = self.ranking(image, text)
+        # every metric is recorded; one this split cannot compute (too few pairs for an n-way draw) is NaN
+        defined = self.fewest_others >= self.n_way - 1
+        scores = {metric.name: metric.value(ranking) if defined or not metric.n_way else float("nan") for metric in ranking_metrics()}
+        ranked = ranking.full_ranking
         scores.update(
             {f"val_{direction}_r@{k}": ranked[f"{direction}_r@{k}"] for direction in ("i2t", "t2i") for k in (1, 5, 10)}
         )

@@ -3,20 +3,43 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, fields
 
 import pandas as pd
 
-DEFAULT_FRACTIONS = {"train": 0.8, "val": 0.1, "test": 0.1}
+from common.settings import between, check_declared, setting
+
 SPLIT_SALT = "split"
+_SHARE = between(0, 1, high_open=True)
 
 
-def hash_unit_interval(key: str, salt: str = "split") -> float:
+@dataclass(frozen=True)
+class SplitSettings:
+    """The shares of the hashed split, in the order a pair's hash falls among them (a split the dataset gives,
+    e.g. Karpathy's, is kept). They sum to 1; a run's change of ``val`` or ``test`` alone is balanced by ``train``."""
+
+    train: float = setting(0.8, "share of the pairs (or caption groups) trained on", _SHARE)
+    val: float = setting(0.1, "share validated on: checkpoint selection, early stopping, tuning", _SHARE)
+    test: float = setting(0.1, "share the report evaluates on", _SHARE)
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+
+    def fractions(self) -> dict[str, float]:
+        """``{"train": ..., "val": ..., "test": ...}`` in this order (the order a hash falls among them)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+DEFAULT_FRACTIONS = SplitSettings().fractions()
+
+
+def hash_unit_interval(key: str, salt: str = SPLIT_SALT) -> float:
     """A deterministic number in [0, 1) from ``salt:key`` (independent of process and input order)."""
     digest = hashlib.sha1(f"{salt}:{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def split_of(key: str, fractions: dict[str, float] = DEFAULT_FRACTIONS, salt: str = "split") -> str:
+def split_of(key: str, fractions: dict[str, float] = DEFAULT_FRACTIONS, salt: str = SPLIT_SALT) -> str:
     position = hash_unit_interval(key, salt)
     cumulative = 0.0
     for name, share in fractions.items():
@@ -27,7 +50,7 @@ def split_of(key: str, fractions: dict[str, float] = DEFAULT_FRACTIONS, salt: st
 
 
 def assign_splits(
-    manifest: pd.DataFrame, fractions: dict[str, float] = DEFAULT_FRACTIONS, salt: str = "split"
+    manifest: pd.DataFrame, fractions: dict[str, float] = DEFAULT_FRACTIONS, salt: str = SPLIT_SALT
 ) -> pd.DataFrame:
     """Add a ``split`` column. A split given by the dataset (e.g. Karpathy's) is kept; other rows are
     hashed by ``group_id`` when present (all captions of one image land in the same split), else pair_id.

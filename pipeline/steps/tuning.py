@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from common.settings import at_least, check_declared, each, increasing, one_of, setting
 from evaluation.statistics import paired_bootstrap_items_and_seeds
 
 PROTOCOLS = ("shared", "tuned", "both")
@@ -29,43 +30,44 @@ class TuningSettings:
     """The tuned protocol (``Tune``): every variant with a search space (``pipeline/config/variants.py``) gets the
     same number of trials, each trained with every trial seed and scored by the profile's selection metric
     on the validation split; successive halving stops the weaker trials early; the best trial's settings
-    are then trained with the report's seeds and evaluated on test (docs/protocols.md).
+    are then trained with the report's seeds and evaluated on test (docs/protocols.md)."""
 
-    ``protocol``: what FullRun runs by default — ``shared`` (every variant at the profile's settings),
-    ``tuned`` (the variants with a search space at their own selected settings) or ``both``.
-    """
-
-    protocol: str = "shared"
-    #: trials per tuned variant, one number for every variant of a comparison (Musgrave et al. 2020)
-    budget: int = 3
-    #: draws ``budget`` points from a search space larger than it
-    draw_seed: int = 0
-    #: each trial is trained with every one of these seeds and scored by their mean: one seed's score moves
-    #: by about as much as the settings differ (docs/protocols.md). The first ones are the report's first
-    #: seeds, so a trial at the chosen (or the shared) settings is that run, trained once
-    trial_seeds: tuple[int, ...] = (0, 1)
-    #: successive halving (ASHA-style, synchronous): every trial first trains this many epochs, then the
-    #: best ``1 / reduction_factor`` of them (at least two) continue from their checkpoints to the next rung,
-    #: and after the last rung to the end; empty: every trial trains to the end
-    rung_epochs: tuple[int, ...] = ()
-    reduction_factor: int = 3
-    #: a tuned run (a finished trial or a report seed) whose best epoch is its last allowed one is continued
-    #: from its checkpoint to this many epochs (None: twice the profile's epoch cap), the same for every method
-    extended_epochs: int | None = None
-    #: paired bootstrap of the chosen trial against the runner-up (validation pairs and trial seeds)
-    bootstrap_resamples: int = 2000
+    protocol: str = setting(
+        "shared",
+        "what FullRun runs: shared (every variant at the profile's settings), tuned (the variants with a search "
+        "space at their own selected settings) or both",
+        one_of(*PROTOCOLS),
+    )
+    #: one number for every variant of a comparison (Musgrave et al. 2020)
+    budget: int = setting(3, "trials per tuned variant, the same for every variant of a comparison", at_least(1))
+    draw_seed: int = setting(0, "draws budget points from a search space larger than it", at_least(0))
+    #: one seed's score moves by about as much as the settings differ (docs/protocols.md); the first ones are the
+    #: report's first seeds, so a trial at the chosen (or the shared) settings is that run, trained once
+    trial_seeds: tuple[int, ...] = setting(
+        (0, 1),
+        "each trial trains with every one of these seeds and is scored by their mean",
+        each(at_least(0), "distinct seeds >= 0, at least one", distinct=True),
+    )
+    #: ASHA-style, synchronous: the best 1 / reduction_factor (at least two) continue from their checkpoints to
+    #: the next rung, and after the last rung to the end
+    rung_epochs: tuple[int, ...] = setting(
+        (),
+        "successive halving: every trial first trains this many epochs, then the best continue (empty: none)",
+        increasing(at_least(1), "increasing epoch counts >= 1"),
+    )
+    reduction_factor: int = setting(3, "successive halving keeps the best 1 / reduction_factor at each rung", at_least(2))
+    #: the same for every method
+    extended_epochs: int | None = setting(
+        None,
+        "a tuned run whose best epoch is its last is continued to this many epochs (null: twice the epoch cap)",
+        at_least(1, or_null=True),
+    )
+    bootstrap_resamples: int = setting(
+        2000, "paired bootstrap resamples of the chosen trial against the runner-up (validation pairs, seeds)", at_least(1)
+    )
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
-        if self.budget < 1:
-            raise ValueError(f"the tuning budget must be at least 1 trial, got {self.budget}")
-        if not self.trial_seeds or len(set(self.trial_seeds)) != len(self.trial_seeds):
-            raise ValueError(f"trial_seeds must be distinct and at least one, got {self.trial_seeds}")
-        if list(self.rung_epochs) != sorted(set(self.rung_epochs)) or any(e < 1 for e in self.rung_epochs):
-            raise ValueError(f"rung_epochs must be increasing positive epoch counts, got {self.rung_epochs}")
-        if self.reduction_factor < 2:
-            raise ValueError(f"reduction_factor must be >= 2, got {self.reduction_factor}")
+        check_declared(self)
 
     def extended_cap(self, epochs: int) -> int:
         """The second cap of a run whose first cap is ``epochs``."""

@@ -8,18 +8,16 @@ from dataclasses import dataclass
 import numpy as np
 from gensim.models import Word2Vec
 
-from pipeline.steps.text import UNK, stable_string_hash
+from common.settings import at_least, setting
+from pipeline.steps.text import UNK, GensimSettings
 
 
 @dataclass(frozen=True)
-class WordVectorSettings:
-    """Word2Vec on the target dataset's train texts, to initialise the GRU's embeddings."""
+class WordVectorSettings(GensimSettings):
+    """Word2Vec on the target dataset's train texts, to initialise the GRU's embeddings (a word rarer than
+    ``min_count`` is unknown to the GRU)."""
 
-    vector_size: int = 200
-    window: int = 5
-    min_count: int = 5
-    epochs: int = 10
-    max_vocab: int = 50_000
+    max_vocab: int = setting(50_000, "the most frequent words kept", at_least(1))
 
 
 def train_word_vectors(
@@ -34,14 +32,8 @@ def train_word_vectors(
         raise ValueError("no train texts to learn word vectors from")
     model = Word2Vec(
         sentences=[list(tokens) for tokens in train_tokens],
-        vector_size=settings.vector_size,
-        window=settings.window,
-        min_count=settings.min_count,
-        epochs=settings.epochs,
-        seed=seed,
-        workers=1,
-        hashfxn=stable_string_hash,
         max_final_vocab=settings.max_vocab,
+        **settings.gensim_options(seed),
     )
     words = list(model.wv.index_to_key)
     if not words:

@@ -20,7 +20,7 @@ from models.training import PairData, batch_loss_inputs
 from pipeline.config.variant_spec import LossSpec
 from pipeline.engine.outputs import write_json
 from pipeline.engine.task import HashedTask
-from pipeline.tasks.params import PipelineTask
+from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.training import (
     Train,
     VariantParams,

@@ -40,7 +40,7 @@ from pipeline.steps.dedup_quality import dedup_precision_recall
 from pipeline.steps.lsh_store import load_dedup_index, save_dedup_index
 from pipeline.steps.splits import SPLIT_SALT, assign_splits
 from pipeline.steps.stacking import CONTENT_HASH, stack_shards
-from pipeline.tasks.params import PipelineTask
+from pipeline.tasks.base import PipelineTask
 
 #: what every dataset task writes: the manifest of the pairs it keeps (``cache_row`` into the image cache)
 MANIFEST_OUTPUT = {"manifest": "manifest.parquet"}
@@ -87,7 +87,7 @@ class PrepareShard(PreparedTask, PipelineTask):
             "dataset": self.run_plan.recipe,
             "raw_dir": str(Path(self.shard_dir).resolve()) if self.shard_dir else "",
             "options": self.run_plan.recipe_options(),
-            "image_cache_size": self.settings.image_cache_size,
+            "image_cache_size": self.settings.data.image_cache_size,
             # placeholders are left in the cache and decided over all shards (content_hash column)
             "placeholders": "decided_by_stacking",
         }
@@ -101,7 +101,7 @@ class PrepareShard(PreparedTask, PipelineTask):
         kept, record_rejects = validate_records(manifest)
         cache = build_image_cache(
             kept,
-            self.settings.image_cache_size,
+            self.settings.data.image_cache_size,
             self.work_path(work_dir, "images"),
             placeholder_min_paths=None,
         )
@@ -183,7 +183,7 @@ class PrepareDataset(PreparedTask, ShardCount, PipelineTask):
         super().run()
 
     def _enforce_budgets(self, report: dict[str, Any]) -> None:
-        budget = self.settings.reject_budget
+        budget = self.settings.data.reject_budget
         # each shard on its own too: a broken new dump should not hide behind a large clean history
         for shard in report["shards"] if report["n_shards"] > 1 else []:
             try:
@@ -218,7 +218,7 @@ class PrepareDataset(PreparedTask, ShardCount, PipelineTask):
             "n_kept": len(stacked.manifest),
             "n_rejected": len(stacked.rejects),
             "rejects_by_reason": reject_counts(stacked.rejects),
-            "reject_budget": self.settings.reject_budget,
+            "reject_budget": self.settings.data.reject_budget,
             "n_shards": len(shards),
             "shards": shard_reports,
             "placeholders": stacked.stats,
@@ -274,8 +274,7 @@ class Deduplicate(ManifestTask, ShardCount, PipelineTask):
         return required
 
     def config(self) -> dict[str, Any]:
-        s = self.settings
-        return {"threshold": s.dedup_threshold, "num_perm": s.dedup_num_perm, "shingle_size": s.dedup_shingle_size}
+        return self.settings.section("dedup")
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         settings = self.config()
@@ -322,7 +321,7 @@ class Split(ManifestTask, PipelineTask):
         return self.clone(Deduplicate)
 
     def config(self) -> dict[str, Any]:
-        return {"fractions": dict(self.settings.split_fractions), "salt": SPLIT_SALT}
+        return {"fractions": self.settings.split.fractions(), "salt": SPLIT_SALT}
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         config = self.config()
@@ -336,13 +335,13 @@ class Split(ManifestTask, PipelineTask):
 def check_split_fits(split: Split) -> None:
     """:func:`check_split_sizes` of a finished Split under its run's plan: a setting changed since it was made
     (the n of an n-way task, ``neighbors.k``, in no Split's hash) is checked before the work that needs it."""
-    check_split_sizes(split.manifest(), split.run_plan, dict(split.settings.split_fractions))
+    check_split_sizes(split.manifest(), split.run_plan, split.settings.split.fractions())
 
 
 def split_needs(plan: RunPlan) -> dict[str, int]:
     """The n of the n-way task each split is scored by: checkpoint selection on val (the largest any variant
     of the run selects by), the report's on test; 2 (a pair and one other item) where none is."""
-    selecting = [t for t in (plan.train_settings(name) for name in plan.variants) if t.selection_criterion.n_way]
+    selecting = [t for t in (plan.train_settings(name) for name in plan.variants) if t.selection_metric.n_way]
     return {"train": 2, "val": max([t.selection_n_way for t in selecting], default=2), "test": plan.settings.eval.n_way}
 
 

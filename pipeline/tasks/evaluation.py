@@ -21,14 +21,15 @@ from models.inference import embed_pairs
 from pipeline.engine.gpus import task_device
 from pipeline.engine.outputs import save_array, write_json
 from pipeline.engine.task import HashedTask
-from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
-from pipeline.tasks.params import PipelineTask
-from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
+from pipeline.tasks.base import PipelineTask
+from pipeline.tasks.data import check_split_fits
+from pipeline.tasks.representations import TrainDoc2Vec
 from pipeline.tasks.training import (
     Train,
     VariantParams,
     load_pair_data,
     load_trained_model,
+    pair_inputs,
     trunk_inputs,
 )
 
@@ -54,9 +55,7 @@ class Evaluate(VariantParams, PipelineTask):
     def requires(self) -> dict[str, HashedTask]:
         return {
             "train": self.clone(Train),
-            "split": self.clone(Split),
-            "prepared": self.clone(PrepareDataset),
-            "words": self.clone(TrainWordVectors),
+            **pair_inputs(self),
             "doc2vec": self.clone(TrainDoc2Vec),
             **trunk_inputs(self, self.train_settings()),
         }
@@ -90,12 +89,7 @@ class Evaluate(VariantParams, PipelineTask):
             image_ids=image_ids(test_manifest),
             texts=test_manifest["text"].to_numpy(),
             topics=topics_of_pairs(inputs["prepared"].ground_truth(), test_manifest["pair_id"]),
-            n_way=e.n_way,
-            redraws=e.redraws,
-            preservation_k=e.preservation_k,
-            topic_k=e.topic_k,
-            preservation_ks=e.preservation_ks,
-            paper_preservation_ratio=e.paper_preservation_ratio,
+            **e.test_split_options(),
         )
         metrics.update(
             {

@@ -30,10 +30,10 @@ from pipeline.config.plan import plan_summary
 from pipeline.config.plan_file import plan_path
 from pipeline.engine.outputs import library_versions, save_text, write_json
 from pipeline.engine.task import HashedTask
+from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import PipelineTask
 from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec, TrainWordVectors
 from pipeline.tasks.search_index import SearchIndex
 from pipeline.tasks.training import Train

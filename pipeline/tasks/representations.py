@@ -25,8 +25,8 @@ from pipeline.steps.neighbors import (
 )
 from pipeline.steps.text import tokenize, vocabulary_coverage
 from pipeline.steps.word_vectors import train_word_vectors
+from pipeline.tasks.base import IdentityIntParameter, PipelineTask
 from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
-from pipeline.tasks.params import IdentityIntParameter, PipelineTask
 
 #: the spaces NeighborTables finds neighbors in
 SPACES = ("text", "image")

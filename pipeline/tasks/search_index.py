@@ -18,11 +18,10 @@ import pandas as pd
 
 from pipeline.engine.gpus import task_device
 from pipeline.engine.task import HashedTask
-from pipeline.tasks.data import PrepareDataset, Split
+from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import PipelineTask
-from pipeline.tasks.representations import TrainDoc2Vec, TrainWordVectors
-from pipeline.tasks.training import Train, VariantParams
+from pipeline.tasks.representations import TrainDoc2Vec
+from pipeline.tasks.training import Train, VariantParams, pair_inputs
 from pipeline.tasks.tuning import TunedRuns
 from serving.bundle import BUNDLE_FORMAT_VERSION, export_bundle, load_bundle
 from serving.embed import Embedder
@@ -51,9 +50,7 @@ class SearchIndex(VariantParams, PipelineTask):
         runs = {"tuned": self.clone(TunedRuns)} if self.tuned else {"train": self.clone(Train), "evaluate": self.clone(Evaluate)}
         return {
             **runs,
-            "split": self.clone(Split),
-            "prepared": self.clone(PrepareDataset),
-            "words": self.clone(TrainWordVectors),
+            **pair_inputs(self),
             # the bundle carries the run's Doc2Vec, for neighbor preservation on a table it is evaluated on
             "doc2vec": self.clone(TrainDoc2Vec),
         }
@@ -63,7 +60,7 @@ class SearchIndex(VariantParams, PipelineTask):
             "split": "test",
             "bundle_format": BUNDLE_FORMAT_VERSION,
             "index_format": INDEX_FORMAT_VERSION,
-            "image_cache_size": self.settings.image_cache_size,
+            "image_cache_size": self.settings.data.image_cache_size,
             **({"protocol": "tuned"} if self.tuned else {}),
         }
 

@@ -18,18 +18,18 @@ from typing import Any
 import luigi
 from luigi.freezing import recursively_unfreeze
 
+from common.settings import significant
 from evaluation.document import Document
 from evaluation.plots import plot_tradeoff
 from evaluation.report.headline import headline_comparison
 from evaluation.report.inputs import VariantRun
-from models.settings import significant_settings
 from pipeline.config.checks import RunConfigurationError
 from pipeline.config.variant_spec import merge_overrides
 from pipeline.engine.outputs import save_text, write_json
 from pipeline.engine.task import HashedTask
+from pipeline.tasks.base import PipelineTask, VariantChoice
 from pipeline.tasks.data import Split
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import PipelineTask, VariantChoice
 from pipeline.tasks.report import load_run
 from pipeline.tasks.training import Train
 from pipeline.tasks.tuning import Tune, final_run
@@ -77,7 +77,7 @@ class WithinModalityTradeoff(VariantChoice, PipelineTask):
     def config(self) -> dict[str, Any]:
         return {
             "variant": self.variant_spec().as_dict(),
-            "train": significant_settings(self.train_settings()),
+            "train": significant(self.train_settings()),
             "scales": [float(s) for s in self.scales],
             "seeds": self.seed_list(),
             "settings_from": self.settings_from,

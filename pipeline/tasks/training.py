@@ -15,12 +15,13 @@ from luigi.freezing import recursively_unfreeze
 from torch import nn
 
 from common.files import atomic_path
+from common.settings import significant
 from common.tokenizer import TOKENIZER_VERSION
 from data_recipes.manifest import image_ids, integer_group_ids
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
 from models.encoders import EncoderConfig
 from models.registry import needs_spatial_features
-from models.settings import TrainSettings, significant_settings
+from models.settings import TrainSettings
 from models.trained import (
     RECORD_FILE,
     ModelRecord,
@@ -49,8 +50,8 @@ from pipeline.engine.task import HashedTask
 from pipeline.engine.torchrun import TorchrunJob, run_with_torchrun
 from pipeline.steps.selection import ValidationScorer, save_ranks
 from pipeline.steps.text import encode_texts, tokenize
+from pipeline.tasks.base import IdentityIntParameter, PipelineTask, VariantChoice
 from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
-from pipeline.tasks.params import IdentityIntParameter, PipelineTask, VariantChoice
 from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
 
 #: the module torchrun runs in each process of a data-parallel Train (it rebuilds the Train from its parameters)
@@ -82,6 +83,11 @@ def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[P
         image_features=inputs["features"].features() if "features" in inputs else None,
     )
     return data, manifest
+
+
+def pair_inputs(task: PipelineTask) -> dict[str, HashedTask]:
+    """What a task that embeds the pairs reads them from: the split manifest, the prepared images, the vocabulary."""
+    return {"split": task.clone(Split), "prepared": task.clone(PrepareDataset), "words": task.clone(TrainWordVectors)}
 
 
 def trunk_inputs(task: VariantParams, t: TrainSettings) -> dict[str, HashedTask]:
@@ -196,11 +202,7 @@ class Train(VariantParams, PipelineTask):
         return self.train_settings().world_size == 1 and super().runs_in_own_process()
 
     def requires(self) -> dict[str, HashedTask]:
-        required = {
-            "split": self.clone(Split),
-            "prepared": self.clone(PrepareDataset),
-            "words": self.clone(TrainWordVectors),
-        }
+        required = pair_inputs(self)
         source = self.variant_spec().neighbor_source
         if source:
             required["neighbors"] = self.clone(NeighborTables, space=source)
@@ -214,7 +216,7 @@ class Train(VariantParams, PipelineTask):
         return {
             "variant": variant,
             # speed-only settings (loader threads, pinning, layout) are left out: they never change the model
-            "train": significant_settings(self.train_settings()),
+            "train": significant(self.train_settings()),
             "neighbor_sample_k": self.settings.neighbors.sample_k if spec.neighbor_source else None,
             "seed": self.seed,
         }
@@ -347,7 +349,7 @@ class Train(VariantParams, PipelineTask):
         losses = spec.build_losses()
         val_positions = np.flatnonzero(split == "val")
         scorer = None
-        if t.selection_criterion.ranks_pairs:
+        if t.selection_metric.ranks_pairs:
             val_order = validation_order(val_positions, data.group_ids)
             scorer = ValidationScorer(
                 data.group_ids[val_order],

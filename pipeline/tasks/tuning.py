@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 from luigi.freezing import recursively_unfreeze
 
-from evaluation.selection_metrics import candidate_metrics
-from models.settings import SELECTION_METRICS
+from evaluation.selection_metrics import SELECTION_METRICS, ValidationRanking
 from pipeline.config.variant_spec import SearchSpace, VariantError, merge_overrides
 from pipeline.engine.outputs import write_json
 from pipeline.engine.task import HashedTask
@@ -39,8 +38,8 @@ from pipeline.steps.tuning import (
     seed_mean,
     walk_schedule,
 )
+from pipeline.tasks.base import PipelineTask, VariantChoice
 from pipeline.tasks.evaluation import Evaluate
-from pipeline.tasks.params import PipelineTask, VariantChoice
 from pipeline.tasks.training import Train
 
 
@@ -221,14 +220,14 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
             )
         trials.append(trial)
     comparison, why_not = None, None
-    metric = candidate_metrics(task.train_settings().selection_n_way).get(name)
+    metric, n_way = SELECTION_METRICS[name], task.train_settings().selection_n_way
     if runner_up is None:
         why_not = "the only finished trial"
-    elif metric is None or metric.per_query is None:
+    elif metric.per_query is None:
         why_not = f"no paired comparison: {name} has no per-pair values"
     else:
         outcomes = {
-            index: {seed: metric.per_query(load_ranks(run.output_path("validation_ranks"))) for seed, run in finished[index].items()}
+            index: {seed: metric.per_query(ValidationRanking(load_ranks(run.output_path("validation_ranks")), n_way)) for seed, run in finished[index].items()}
             for index in (chosen, runner_up)
         }
         # the per-pair values must average to the scores the choice was made on (not so for the layout-aware
@@ -250,7 +249,7 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
         "variant": task.variant,
         "label": task.variant_spec().label,
         **task.config(),
-        "metric": {"name": name, "label": metric.label if metric else name, "higher_is_better": higher},
+        "metric": {"name": name, "label": metric.label_for(n_way), "higher_is_better": higher},
         "n_points": len(task.search_space().grid()),
         "trials": trials,
         "chosen": chosen,

@@ -23,7 +23,8 @@ from pipeline.config.checks import RunConfigurationError, exit_or_raise
 from pipeline.config.flags import flag_changes
 from pipeline.config.plan import RunPlan, resolve_plan
 from pipeline.config.plan_file import hold_plan, read_plan, write_plan
-from pipeline.config.profiles import Profile
+from pipeline.config.profiles import DEFAULT_PROFILE
+from pipeline.config.run_settings import RunSettings
 from pipeline.config.variant_spec import Variant
 from pipeline.engine.task import HashedTask
 
@@ -152,7 +153,9 @@ class PlanParams:
     plan = luigi.Parameter(
         default="", description="the run plan's id (<run_root>/RunPlan/<id>/run_plan.json): given by the task a run starts from"
     )
-    profile = luigi.Parameter(default="demo", description="smoke | demo | paper (pipeline/config/profiles.py)")
+    profile = luigi.Parameter(
+        default=DEFAULT_PROFILE, description="a profile of pipeline/config/profiles.py: smoke, demo, demo-finetune, paper"
+    )
     set = SettingChangesParameter(
         default=(),
         description="change a setting: --set path=value (repeatable), e.g. --set neighbors.k=50 "
@@ -255,8 +258,8 @@ class PlanParams:
         return read_plan(self.run_root, self.plan_id)
 
     @property
-    def settings(self) -> Profile:
-        """The run's settings: the profile with every change of the run."""
+    def settings(self) -> RunSettings:
+        """The run's settings: the defaults with the profile's and the run's changes."""
         return self.run_plan.settings
 
     def process_params(self) -> dict[str, str]:

@@ -1,0 +1,201 @@
+"""Settings declared once: each field of a settings class carries its default, its range or choices, whether it
+changes what is computed (significant) or only how fast (operational), whether it came after 1.0, and a
+one-line description (:func:`setting`). Everything else reads the declaration: a settings object refuses a value
+out of range when it is made (:func:`check_declared`, called by each class's ``__post_init__``), the hash keeps
+the significant fields (:func:`significant`), and the run's settings tree lists, checks and documents its paths
+from it (:mod:`pipeline.config.run_settings`).
+
+Only the standard library: every package declares its settings with it (``common`` is the bottom layer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+#: a field's metadata key holding its :class:`SettingInfo`
+SETTING = "setting"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The values a setting accepts beyond its type: a test, and how to say it (``in (0, 1]``, ``>= 1 or null``).
+    ``names``: the choices of an open set (a registry's entries, read when asked: a project may add its own);
+    ``explain``: the one line refusing a value, where it can say more (``did you mean ...?``)."""
+
+    test: Callable[[Any], bool]
+    text: str
+    names: Callable[[], Iterable[str]] | None = None
+    explain: Callable[[Any], str] | None = None
+
+    def accepts(self, value: Any) -> bool:
+        try:
+            return bool(self.test(value))
+        except (TypeError, ValueError, KeyError):
+            return False
+
+    def describe(self) -> str:
+        """The range or choices as a reader reads them."""
+        if self.names is None:
+            return self.text
+        listed = ", ".join(sorted(self.names()))
+        return f"one of {listed}{' or ' + self.text if self.text else ''}"
+
+    def refusal(self, value: Any) -> str:
+        """Why ``value`` is refused, in one line."""
+        if self.explain is not None:
+            return self.explain(value)
+        return f"must be {self.describe()}, got {value!r}"
+
+
+def at_least(bound: float, *, or_null: bool = False) -> Limit:
+    return Limit(lambda v: (or_null and v is None) or v >= bound, f">= {bound}" + (" or null" if or_null else ""))
+
+
+def above(bound: float) -> Limit:
+    return Limit(lambda v: v > bound, f"> {bound}")
+
+
+def between(low: float, high: float, *, low_open: bool = True, high_open: bool = False) -> Limit:
+    """``low < v <= high`` by default (``in (low, high]``)."""
+
+    def test(v: Any) -> bool:
+        return (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+
+    return Limit(test, f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
+
+
+def one_of(*values: Any) -> Limit:
+    """One of a fixed few values (names an entry of a registry: :func:`named`)."""
+    shown = [str(v) for v in values]
+    return Limit(lambda v: v in values, " or ".join(shown) if len(shown) == 2 else "one of " + ", ".join(shown))
+
+
+def named(
+    names: Callable[[], Iterable[str]],
+    explain: Callable[[Any], str] | None = None,
+    *,
+    also: str = "",
+    also_test: Callable[[Any], bool] | None = None,
+) -> Limit:
+    """A name of an open set (``names``, read when checked), or what ``also`` says (tested by ``also_test``)."""
+
+    def test(v: Any) -> bool:
+        return v in set(names()) or (also_test is not None and also_test(v))
+
+    return Limit(test, also, names, explain)
+
+
+def each(limit: Limit, text: str, *, distinct: bool = False) -> Limit:
+    """A list setting: at least one item, each accepted by ``limit`` (and, with ``distinct``, no repeat)."""
+
+    def test(values: Any) -> bool:
+        items = list(values)
+        return bool(items) and all(limit.accepts(v) for v in items) and (not distinct or len(set(items)) == len(items))
+
+    return Limit(test, text)
+
+
+def increasing(limit: Limit, text: str) -> Limit:
+    """A list setting (maybe empty) of strictly increasing items, each accepted by ``limit``."""
+    return Limit(lambda values: list(values) == sorted(set(values)) and all(limit.accepts(v) for v in values), text)
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """What a settings field is, besides its name, type and default."""
+
+    description: str
+    limit: Limit | None = None
+    #: changes how fast, never what is computed: left out of every output's hash
+    operational: bool = False
+    #: added after 1.0: hashed only when it differs from its default (what every earlier run did), so adding it
+    #: moved no output
+    added_after_1_0: bool = False
+    #: set by a profile only, not by ``--set`` (e.g. the profile's loss defaults)
+    profile_only: bool = False
+
+    def choices_text(self) -> str:
+        """The range or choices as a reader reads them (empty: the type says it all)."""
+        return "" if self.limit is None else self.limit.describe()
+
+
+def setting(
+    default: Any,
+    description: str,
+    limit: Limit | None = None,
+    *,
+    operational: bool = False,
+    added_after_1_0: bool = False,
+    profile_only: bool = False,
+) -> Any:
+    """A settings field: its default (a dict or list default is copied for each object), range or choices,
+    significance and one-line description."""
+    info = SettingInfo(description, limit, operational, added_after_1_0, profile_only)
+    if isinstance(default, (dict, list)):
+        factory = (lambda value: lambda: type(value)(value))(default)
+        return dataclasses.field(default_factory=factory, metadata={SETTING: info})
+    return dataclasses.field(default=default, metadata={SETTING: info})
+
+
+def redeclared(cls: type, name: str, default: Any) -> Any:
+    """Field ``name`` of settings class ``cls`` with another default, for a subclass of it: its description, range
+    and kind stay the ones ``cls`` declares."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return dataclasses.field(default=default, metadata=field.metadata)
+
+
+def section(cls: type, description: str) -> Any:
+    """A field holding a settings class (a group of the tree, reached as ``<name>.<field>``)."""
+    return dataclasses.field(default_factory=cls, metadata={SETTING: SettingInfo(description)})
+
+
+def info_of(field: dataclasses.Field) -> SettingInfo:
+    info = field.metadata.get(SETTING)
+    if info is None:
+        raise TypeError(f"settings field {field.name!r} is not declared with setting(...)")
+    return info
+
+
+def default_of(field: dataclasses.Field) -> Any:
+    return field.default_factory() if field.default is dataclasses.MISSING else field.default
+
+
+class SettingValueError(ValueError):
+    """A settings value its declared range refuses: ``name`` (a field, or a path) and the one line saying why
+    (``refusal``: ``must be >= 1, got 0``)."""
+
+    def __init__(self, name: str, refusal: str) -> None:
+        self.name, self.refusal = name, refusal
+        super().__init__(f"{name}: {refusal}")
+
+
+def check_declared(settings: Any) -> None:
+    """Raise a :class:`SettingValueError` for the first field of ``settings`` its range refuses (a settings class's
+    ``__post_init__`` calls it, so no settings object holds a value out of its range: a nested group was checked
+    when it was made)."""
+    for field in dataclasses.fields(settings):
+        limit = info_of(field).limit
+        value = getattr(settings, field.name)
+        if limit is not None and not limit.accepts(value):
+            raise SettingValueError(field.name, limit.refusal(value))
+
+
+def significant(settings: Any) -> dict[str, Any]:
+    """The fields an output depends on (what a task hashes): all but the operational ones, and one added after 1.0
+    only when it differs from its default."""
+    values = dataclasses.asdict(settings)
+    kept = {}
+    for field in dataclasses.fields(settings):
+        info = info_of(field)
+        if info.operational or (info.added_after_1_0 and values[field.name] == default_of(field)):
+            continue
+        kept[field.name] = values[field.name]
+    return kept
+
+
+def operational_names(cls: type) -> frozenset[str]:
+    """The names of ``cls``'s operational fields (speed only)."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if info_of(f).operational)
