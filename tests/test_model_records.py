@@ -6,9 +6,7 @@ records; and a Train folder copied elsewhere loads and embeds as its Evaluate di
 from __future__ import annotations
 
 import ast
-import contextlib
 import copy
-import io
 import json
 import shutil
 from pathlib import Path
@@ -23,7 +21,7 @@ from models.record_check import ModelRecordError, check_record_payload, record_c
 from models.trained import READABLE_FORMATS, load_trained, read_record
 from pipeline.engine.task import threads_per_worker
 from pipeline.tasks.training import load_pair_data
-from serving.cli import main
+from tests.cli_runs import crossmodal
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,13 +62,8 @@ def with_edit(payload: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def run(*args: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exit_:
-            code = int(exit_.code or 0)
-    return code, err.getvalue()
+    done = crossmodal(*args, check=False)
+    return done.returncode, done.stderr
 
 
 def assert_one_line_refusal(code: int, stderr: str, *said: str) -> None:

@@ -5,7 +5,6 @@ headless chromium.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -32,38 +31,18 @@ from models.training import Trainer
 from pipeline import Evaluate, Train
 from pipeline.tasks.training import load_pair_data, load_trained_model
 from serving.bundle import BundleError, load_bundle
-from serving.cli import main
 from serving.embed import Embedder
 from serving.gallery import read_gallery, table_manifest
 from serving.index import GalleryIndex, embed_into
 from serving.neighbors import ANNOY_SEARCH_K, ANNOY_TREES
 from serving.search import Searcher
+from tests.cli_runs import crossmodal
 from tests.disks import fill, tmpfs
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 QUERY = "protest over the unemployment rate in texas"
-
-
-class Done:
-    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-def crossmodal(*args: str, check: bool = True) -> Done:
-    """The ``crossmodal`` console script's entry function, in this process (loading torch once for every
-    call); the server tests run it as a separate process."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exit_:
-            code = int(exit_.code or 0)
-    done = Done(code, out.getvalue(), err.getvalue())
-    if check:
-        assert done.returncode == 0, done.stderr
-    return done
 
 
 @pytest.fixture(scope="module")

@@ -64,12 +64,9 @@ def test_the_report_shows_the_headline_under_both_protocols_and_the_sensitivity_
     task, _, _, _ = smoke_run
     report = task.report_path()
     markdown = report.read_text()
-    assert (
-        markdown.index("Against the paper's own effect")
-        < markdown.index("Did the models learn?")
-        < markdown.index("under each protocol")
-        < markdown.index("## Table 1")
-    )
+    sections = ["Against the paper's own effect", "Did the models learn?", "under each protocol", "## Table 1"]
+    positions = [markdown.index(heading) for heading in sections]
+    assert positions == sorted(positions), "the report's sections in this order: " + ", ".join(sections)
     # the first table reads each headline comparison against the paper's effect, under both protocols; the
     # next is the headline, tuned beside shared
     tables = markdown.split("\n|")
