@@ -177,7 +177,7 @@ def test_the_documented_commands_from_a_folder_of_the_user_s(installed, folders,
     assert bad_set.returncode == 2, bad_set.stdout + bad_set.stderr
     assert error_lines(bad_set, "error:") == [
         "error: neighbors has no setting 'kk' (did you mean 'k'?); valid: k, n_trees, recall_queries, sample_k, "
-        "search_k"
+        "search_k (python -m pipeline settings lists every path)"
     ]
 
     plan = installed.run("python", "-m", "pipeline", "plan", "--profile", "smoke", "--run-root", str(runs), cwd=cwd)
