@@ -764,3 +764,17 @@ def test_training_table_says_whether_the_trunk_started_from_imagenet_weights():
     training = section(doc.to_markdown(), "Training")
     assert table_row(training, "Ours")[-3:] == ["0", "frozen", "true"]
     assert table_row(training, "Ours")[2] == "7"
+
+
+def test_a_tuned_only_report_describes_the_training_of_its_tuned_runs():
+    """Without the shared protocol the tables show the tuned runs: the Training table reads their training
+    summaries too (it read the shared runs' and showed "?" for a demo-finetune run)."""
+    tuned = []
+    for run in report_runs()[:3]:
+        run.training.update(trunk="top1", epochs=7 + run.seed, imagenet_weights_loaded=True)
+        tuned.append(run)
+    inputs = ReportInputs(title="tuned only", runs=[], tuned_runs=tuned, protocols=("tuned",), run_info={})
+    doc, _ = build_report(inputs)
+    training = section(doc.to_markdown(), "Training")
+    assert table_row(training, "Ang+NP+Sym")[2:] == ["7,8", "0,1", "top1", "true"]
+    assert table_row(training, "Ours")[4:] == ["top1", "true"]

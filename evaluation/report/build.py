@@ -83,7 +83,7 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
     topic_precision_section(doc, summary)
     qualitative = qualitative_section(doc, inputs, figure_dir)
     cocos_table = cocos_section(doc, inputs.cocos)
-    training_and_data_section(doc, inputs, summary)
+    training_and_data_section(doc, inputs, summary, runs)
     run_metadata_section(doc, inputs)
 
     payload = {

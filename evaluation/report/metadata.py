@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from evaluation.document import Document
-from evaluation.report.inputs import ReportInputs
+from evaluation.report.inputs import ReportInputs, VariantRun
 
 
 def run_intro(doc: Document, info: dict[str, Any]) -> None:
@@ -19,13 +19,14 @@ def run_intro(doc: Document, info: dict[str, Any]) -> None:
 
 
 def training_and_data_section(
-    doc: Document, inputs: ReportInputs, summary: dict[str, dict[str, Any]]
+    doc: Document, inputs: ReportInputs, summary: dict[str, dict[str, Any]], runs: list[VariantRun]
 ) -> None:
-    """Training time per method, then the data: validation rejects, near-duplicate removal, splits and the
-    Annoy neighbor tables with their recall against exact search."""
+    """Training time per method (``runs``: the runs ``summary`` was made of — the tuned ones when the shared
+    protocol did not run), then the data: validation rejects, near-duplicate removal, splits and the Annoy
+    neighbor tables with their recall against exact search."""
     doc.heading("Training")
     runs_of: dict[str, list] = {}
-    for run in inputs.runs:
+    for run in runs:
         runs_of.setdefault(run.variant, []).append(run)
 
     def flag(variant: str, key: str) -> str:
