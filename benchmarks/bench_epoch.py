@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from result_files import add_out_option, out_path, write_results
+from result_files import parse_with_quick, write_results
 
 from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
@@ -86,12 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--finetune", action="store_true", help="ResNet-18 trained on pixels, not frozen")
-    parser.add_argument("--quick", action="store_true", help="128 pairs, one repeat (a smoke test)")
-    add_out_option(parser, RESULTS)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.pairs, args.repeats = 128, 1
-    out = out_path(args, RESULTS)
+    args, out = parse_with_quick(parser, argv, RESULTS, {"pairs": 128, "repeats": 1}, "128 pairs, one repeat")
     # speed only: no validation scoring (selection by the validation loss)
     settings = replace(DEMO.train, image_size=args.image_size, selection="val_loss")
     if args.finetune:

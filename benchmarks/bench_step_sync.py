@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from result_files import add_out_option, out_path, write_results
+from result_files import parse_with_quick, write_results
 
 from models.encoders import EncoderConfig
 from models.losses.checks import value_checks
@@ -107,12 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=6, help="interleaved blocks of each loop")
     parser.add_argument("--steps", type=int, default=20, help="training steps per block")
-    parser.add_argument("--quick", action="store_true", help="one block of 3 steps (a smoke test)")
-    add_out_option(parser, RESULTS)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.blocks, args.steps = 1, 3
-    out = out_path(args, RESULTS)
+    args, out = parse_with_quick(parser, argv, RESULTS, {"blocks": 1, "steps": 3}, "one block of 3 steps")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory() as work:
         trainer = build_trainer(Path(work), device, n=64 * args.steps)

@@ -28,3 +28,17 @@ def out_path(args: argparse.Namespace, default: Path) -> Path | None:
     """Where the results go: ``--out``, else ``default``, except after ``--quick`` (which proves the path, not the
     figures)."""
     return args.out or (None if args.quick else default)
+
+
+def parse_with_quick(
+    parser: argparse.ArgumentParser, argv: list[str] | None, default: Path | str, quick: dict[str, Any], what: str
+) -> tuple[argparse.Namespace, Path | None]:
+    """Add ``--quick`` (``what`` it runs: the smoke-test sizes in ``quick``, argument name -> value) and ``--out``,
+    parse ``argv``, and return the arguments with the quick sizes applied and where the results go."""
+    parser.add_argument("--quick", action="store_true", help=f"{what} (a smoke test)")
+    add_out_option(parser, Path(default))
+    args = parser.parse_args(argv)
+    if args.quick:
+        for name, value in quick.items():
+            setattr(args, name, value)
+    return args, out_path(args, Path(default))
