@@ -25,7 +25,6 @@ Without CUDA and without ``--cpu-lane`` it says so in one line and exits 2.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
@@ -44,6 +43,7 @@ import bf16_check  # noqa: E402
 import gpu_check_runs  # noqa: E402
 from bench_train_throughput import build_trainer, synthetic_pairs  # noqa: E402
 from gpu_equality import cpu_floor, equality, safe_step_profile, static_vs_plain  # noqa: E402
+from result_files import write_results  # noqa: E402
 
 from pipeline.config.profiles import PROFILES  # noqa: E402
 
@@ -149,11 +149,6 @@ PARTS: dict[str, Callable] = {
 NAMES = {"a": "equality", "b": "speed", "c": "pipeline_runs", "d": "cuda_tests", "e": "bf16_vs_fp32"}
 
 
-def write_result(result: dict, out: str) -> None:
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(result, indent=2) + "\n")
-
-
 def commit() -> str:
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
@@ -225,9 +220,9 @@ def main(argv: list[str] | None = None) -> None:
         result["summary"][name] = f"({name}) {NAMES[name]}: {line}"
         result["seconds"][name] = round(time.perf_counter() - started, 1)
         print(result["summary"][name], f"[{result['seconds'][name]:.0f} s]", flush=True)
-        write_result(result, args.out)  # after every part: a lease that ends mid-check keeps what was measured
+        write_results(result, "", args.out, None)  # after every part: a lease that ends mid-check keeps what was measured
     result["ok"] = not any(failed(name, result["parts"][NAMES[name]]) for name in dict.fromkeys(parts))
-    write_result(result, args.out)
+    write_results(result, "", args.out, None)
     total = sum(result["seconds"].values())
     print(f"gpu_check on {result['device']} at {result['commit']}: {'ok' if result['ok'] else 'FAILED'} in {total:.0f} s -> {args.out}")
     raise SystemExit(0 if result["ok"] else 1)
