@@ -16,13 +16,17 @@ The losses that use these K embeddings (multiple-instance similarity, diversity,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from models.encoders import EncoderConfig, ImageEncoder, word_embedding, xavier_gru, xavier_linear
+from common.settings import between, check_declared, setting
+from models.config import ModelConfig
+from models.encoders import ImageEncoder, word_embedding, xavier_gru, xavier_linear
 from models.losses.checks import value_checks_enabled
 from models.recurrent import fixed_width_final_states, gru_final_states
 from models.registry import register_model
@@ -86,11 +90,9 @@ class PvseImageEncoder(nn.Module):
     branch is new.
     """
 
-    def __init__(self, config: EncoderConfig, num_embeds: int, dropout: float) -> None:
+    def __init__(self, config: ModelConfig, num_embeds: int, dropout: float) -> None:
         super().__init__()
-        self.cnn = ImageEncoder(
-            config.backbone, config.pretrained, config.embed_dim, config.trunk, config.feature_dim
-        )
+        self.cnn = ImageEncoder(config)
         feature_dim = self.cnn.feature_dim
         self.dropout = nn.Dropout(dropout)
         self.pie = PolysemousInstanceEmbedding(
@@ -157,6 +159,19 @@ class PvseTextEncoder(nn.Module):
         return self.pie(global_feature, words, text_padding_mask(lengths.to(tokens.device), tokens.shape[1]))
 
 
+@dataclass(frozen=True)
+class PvseOptions:
+    """PVSE's options (a variant's ``model_options``), declared once."""
+
+    num_embeds: int = setting(2, "K, the embeddings per image and per text (PVSE uses 2 on COCO)", between(1, 64, low_open=False))
+    dropout: float = setting(
+        0.1, "dropout of the global features, the word embeddings and PIE-Net's residuals", between(0, 1, low_open=False, high_open=True)
+    )
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+
+
 @register_model("pvse")
 class PVSEModel(nn.Module):
     """PVSE two-stream model; ``forward`` returns the keywords the PVSE losses take.
@@ -169,18 +184,12 @@ class PVSEModel(nn.Module):
 
     #: PIE-Net attends over the cells of the trunk's feature map, so a frozen trunk must cache the map
     needs_spatial_features = True
+    options_class = PvseOptions
 
-    def __init__(
-        self,
-        config: EncoderConfig,
-        word_vectors: np.ndarray | None = None,
-        *,
-        num_embeds: int = 2,
-        dropout: float = 0.1,
-    ) -> None:
+    def __init__(self, config: ModelConfig, word_vectors: np.ndarray | None = None, options: PvseOptions | None = None) -> None:
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        options = options or PvseOptions()
+        num_embeds, dropout = options.num_embeds, options.dropout
         self.config = config
         self.num_embeds = num_embeds
         self.image_encoder = PvseImageEncoder(config, num_embeds, dropout)

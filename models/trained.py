@@ -11,7 +11,7 @@ loading all build a trained model through :func:`build_from_record` (and load a 
 The record (``RECORD_FORMAT`` 1)::
 
     model, model_options   the registered model (models.registry) and its options
-    encoder                EncoderConfig: backbone, embed_dim, word_dim, gru_hidden, vocab_size, trunk, feature_dim
+    encoder                ModelConfig: backbone, embed_dim, word_dim, gru_hidden, vocab_size, trunk, feature_dim
     image                  the trunk's input side, pooled or spatial features, normalisation mean and std, and
                            for a cached trunk how its cached features were made (pretrained, seed, weights file)
     trunk_training         for a trunk that trains (its top stages, or all of it): which stages, their starting
@@ -23,7 +23,7 @@ The record (``RECORD_FORMAT`` 1)::
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,58 +33,87 @@ from torch import nn
 
 from common.bounded_json import BoundedJsonError, read_bounded_json
 from common.hashing import file_sha256
-from models.backbones import build_trunk
-from models.encoders import EncoderConfig
+from common.registry import Registry
+from common.settings import (
+    REQUIRED,
+    Limit,
+    SettingValueError,
+    check_declared,
+    named,
+    one_of,
+    or_null,
+    read_declared,
+    redeclared,
+    setting,
+)
+from common.tokenizer import TOKENIZERS
+from models.backbones import normalisation, stage_count
+from models.config import ModelConfig
 from models.record_check import (
     CHECKSUM_FIELD,
     MAX_RECORD_BYTES,
     MAX_RECORD_DEPTH,
+    SHA256,
     ModelRecordError,
     changed_fields,
-    check_record_payload,
+    check_format,
+    check_seal,
     record_checksum,
 )
-from models.registry import build_model, needs_spatial_features
-from models.settings import BATCHNORM_MODES, TrainSettings, trunk_mode
+from models.record_parts import CachedTrunk, TrunkTraining, VocabularyFile, WeightsFile, check_agreement
+from models.registry import MODELS, build_model, needs_spatial_features
+from models.settings import BATCHNORM_MODES, TrainSettings
 
 RECORD_FILE = "model.json"
 #: 2: the record seals itself (``checksum``) and its best checkpoint (``weights``), its vocabulary beside it in
-#: the Train folder; 1 (before 1.1): read for one more minor release, without the seal
-RECORD_FORMAT = 2
+#: the Train folder; 1 (before 1.1): read for one more minor release, without the seal, its vocabulary the run
+#: root's TrainWordVectors output (``../../TrainWordVectors/<signature>/vocab.json``) — the one conversion
 READABLE_FORMATS = (1, 2)
+RECORD_FORMAT = READABLE_FORMATS[-1]
+
+
+def _registry_choice(registry: Registry) -> Limit:
+    return named(registry.names, registry.unknown_message)
+
+
+def _pixel_statistic(low: float, low_open: bool) -> Limit:
+    def test(values: Any) -> bool:
+        return len(values) == 3 and all((v > low if low_open else v >= low) and v <= 1e3 for v in values)
+
+    return Limit(test, f"three numbers (one per colour) in {'(' if low_open else '['}{low}, 1000]")
 
 
 @dataclass(frozen=True)
 class ModelRecord:
-    """Everything a trained model's network is built from (its weights come from a checkpoint)."""
+    """Everything a trained model's network is built from (its weights come from a checkpoint), declared once
+    (:mod:`common.settings`): the record a model is written as and read back through (:meth:`from_json`), its
+    parts agreeing with each other and with the code that builds the model (:func:`models.record_parts.
+    check_agreement`) whenever one is made."""
 
-    model: str
-    model_options: dict[str, Any]
-    encoder: EncoderConfig
-    image_size: int
-    #: "pooled" (a vector per image) or "spatial" (the trunk's map: PVSE attends over it)
-    features: str
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    max_text_tokens: int
-    tokenizer_version: int
-    #: ``{"file", "size", "sha256"}`` of the vocabulary (token -> row of the word embedding)
-    vocabulary: dict[str, Any]
-    #: a cached trunk's features (frozen, or the map under its trained top stages): ``{"pretrained", "seed",
-    #: "weights_loaded", "weights"}`` — asked for ImageNet weights, the seed of a random init, whether the weights
-    #: were there (a bundle must rebuild the same) and the file they came from (``{"file", "sha256"}``, when known)
-    frozen_trunk: dict[str, Any] | None = None
-    format: int = RECORD_FORMAT
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: a trunk that trains: ``{"trained_stages", "stages", "starting_weights", "batchnorm",
-    #: "learning_rate_scale", "horizontal_flip"}`` — how many of its stages trained ("all" when fine-tuned end
-    #: to end) of how many, where their first weights came from (ImageNet's file and SHA-256, or a random init),
-    #: the BatchNorm mode and learning-rate scale of ``TrainSettings`` and whether pixels were flipped
-    trunk_training: dict[str, Any] | None = None
-    #: the best checkpoint the record was sealed with: ``{"file", "sha256"}`` (format 2)
-    weights: dict[str, str] | None = None
+    model: str = setting(REQUIRED, "the registered model (models.registry)", _registry_choice(MODELS))
+    model_options: dict[str, Any] = setting(REQUIRED, "the model's declared options (models.registry.model_options)")
+    encoder: ModelConfig = setting(REQUIRED, "the model config: trunk, sizes, how much of the trunk trains")
+    image_size: int = redeclared(TrainSettings, "image_size", REQUIRED)
+    features: str = setting(REQUIRED, "what the image tower takes of the trunk: a vector per image, or its map (PVSE)", one_of("pooled", "spatial"))
+    mean: tuple[float, ...] = setting(REQUIRED, "the pixel mean the trunk normalises by", _pixel_statistic(-1e3, False))
+    std: tuple[float, ...] = setting(REQUIRED, "the pixel standard deviation the trunk normalises by", _pixel_statistic(0, True))
+    max_text_tokens: int = redeclared(TrainSettings, "max_text_tokens", REQUIRED)
+    tokenizer_version: int = setting(REQUIRED, "the tokenizer's version (common.tokenizer)", Limit(lambda v: str(v) in TOKENIZERS, "a tokenizer version", explain=lambda v: TOKENIZERS.unknown_message(str(v))))
+    vocabulary: dict[str, Any] = setting(REQUIRED, "the vocabulary (token -> row of the word embedding)", shape=VocabularyFile)
+    #: a cached trunk's features (frozen, or the map under its trained top stages)
+    frozen_trunk: dict[str, Any] | None = setting(None, "how a cached trunk's features were made", shape=CachedTrunk, optional=True)
+    format: int = setting(RECORD_FORMAT, "the record's format", one_of(*READABLE_FORMATS))
+    extra: dict[str, Any] = setting({}, "notes a later version may read", optional=True)
+    #: a trunk that trains: its top stages or all of it, absent for a frozen trunk
+    trunk_training: dict[str, Any] | None = setting(None, "what of the trunk trained, and how", shape=TrunkTraining, optional=True)
+    #: the best checkpoint the record was sealed with (format 2)
+    weights: dict[str, str] | None = setting(None, "the best checkpoint the record is sealed with", shape=WeightsFile, optional=True)
     #: the SHA-256 of every other field (format 2): an edited record is refused
-    checksum: str | None = None
+    checksum: str | None = setting(None, "the SHA-256 of the record's other fields", or_null(SHA256), optional=True)
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+        check_agreement(self)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -97,10 +126,16 @@ class ModelRecord:
 
     @classmethod
     def from_json(cls, payload: Any) -> ModelRecord:
-        """The record of ``payload``, checked first (:func:`models.record_check.check_record_payload`)."""
-        check_record_payload(payload, READABLE_FORMATS)
-        encoder = EncoderConfig(**payload["encoder"])
-        return cls(**{**payload, "encoder": encoder, "mean": tuple(payload["mean"]), "std": tuple(payload["std"])})
+        """The record of ``payload``, read through its declarations: of a readable format, every field of its type
+        and range, its parts agreeing, its seal intact (:mod:`models.record_check`); one
+        :class:`ModelRecordError` naming the field otherwise."""
+        check_format(payload, READABLE_FORMATS)
+        try:
+            record = read_declared(cls, payload)
+        except SettingValueError as error:
+            raise ModelRecordError(f"{error.name}: {error.refusal}") from None
+        check_seal(payload)
+        return record
 
     def sealed(self, checkpoint: Path) -> ModelRecord:
         """This record at format 2, with the SHA-256 of ``checkpoint`` (the weights it describes) and of itself."""
@@ -111,7 +146,7 @@ class ModelRecord:
 def record_for(
     model: str,
     model_options: dict[str, Any],
-    encoder: EncoderConfig,
+    encoder: ModelConfig,
     *,
     image_size: int,
     max_text_tokens: int,
@@ -125,7 +160,7 @@ def record_for(
     trunk_training: dict[str, Any] | None = None,
 ) -> ModelRecord:
     """The record of a model about to be trained with these settings (its normalisation read off its trunk)."""
-    mean, std = trunk_normalisation(encoder.backbone)
+    mean, std = normalisation(encoder.backbone)
     spatial = needs_spatial_features(model)
     cached = {"pretrained": encoder.pretrained, "seed": frozen_trunk_seed, "weights_loaded": frozen_trunk_weights_loaded}
     if frozen_trunk_weights is not None:
@@ -141,7 +176,7 @@ def record_for(
         max_text_tokens=max_text_tokens,
         tokenizer_version=tokenizer_version,
         vocabulary={"file": vocabulary_name, "size": vocabulary_size, "sha256": file_sha256(vocabulary_file)},
-        frozen_trunk=cached if trunk_mode(encoder.trunk).cached_features else None,
+        frozen_trunk=cached if encoder.trunk_mode.cached_features else None,
         trunk_training=trunk_training,
     )
 
@@ -153,8 +188,8 @@ def trunk_training_record(settings: TrainSettings) -> dict[str, Any] | None:
     if not mode.trains_trunk:
         return None
     return {
-        "trained_stages": "all" if mode.trained_stages is None else mode.trained_stages,
-        "stages": build_trunk(settings.backbone, False).stage_count,
+        "trained_stages": mode.recorded_stages,
+        "stages": stage_count(settings.backbone),
         "batchnorm": settings.trunk_batchnorm,
         "learning_rate_scale": settings.trunk_learning_rate_scale,
         "horizontal_flip": settings.horizontal_flip,
@@ -170,12 +205,6 @@ def with_starting_weights(record: ModelRecord, model: nn.Module) -> ModelRecord:
     source = getattr(encoder, "weights_source", None)
     starting = {"imagenet": bool(encoder.pretrained_loaded), **(source or {})}
     return replace(record, trunk_training={**record.trunk_training, "starting_weights": starting})
-
-
-def trunk_normalisation(backbone: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """The pixel mean and std a trunk expects (read off a trunk built without downloading weights)."""
-    trunk = build_trunk(backbone, False)
-    return tuple(trunk.mean), tuple(trunk.std)
 
 
 def write_record(record: ModelRecord, path: Path) -> None:
@@ -214,7 +243,7 @@ def build_from_record(record: ModelRecord, *, initial_word_vectors: np.ndarray |
     weight is still to be set: no ImageNet download, no word vectors. ``for_training``: the first weights of a
     training run, the trunk's ImageNet weights when the record asks for them and the word embedding from
     ``initial_word_vectors``."""
-    config = EncoderConfig(**{**asdict(record.encoder), "pretrained": record.encoder.pretrained and for_training})
+    config = replace(record.encoder, pretrained=record.encoder.pretrained and for_training)
     model = build_model(record.model, config, initial_word_vectors if for_training else None, **record.model_options)
     if record.trunk_training is not None and record.trunk_training.get("batchnorm") is not None:
         frozen = not BATCHNORM_MODES.get(record.trunk_training["batchnorm"]).batch_statistics

@@ -14,13 +14,22 @@ they say how a run is executed, never what it computes, and no output's hash hol
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
-from common.settings import Limit, at_least, between, check_declared, info_of, named, section, setting
+from common.settings import (
+    Limit,
+    at_least,
+    between,
+    check_declared,
+    info_of,
+    named,
+    section,
+    setting,
+    type_name,
+)
 from data_recipes import RECIPE_BUILDERS
 from models.settings import TrainSettings
 from pipeline.steps.dedup_settings import DedupSettings
@@ -157,21 +166,6 @@ class SettingRow:
 
     def as_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def type_name(hint: Any) -> str:
-    """A type as a reader reads it: ``an integer``, ``a list of strings``, ``an integer or null``."""
-    name = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}.get(hint)
-    if name:
-        return name
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(type_name(option) for option in typing.get_args(hint))
-    if origin is tuple:
-        return f"a list of {type_name(typing.get_args(hint)[0]).split(' ', 1)[-1]}s"
-    if origin is dict or hint is dict:
-        return "an object"
-    return str(hint)
 
 
 def _rows(node: Any, prefix: str) -> Iterator[SettingRow]:

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from common.settings import SettingValueError
 from models.losses import LOSSES, Loss, build_loss
-from models.registry import model_class
+from models.registry import model_options, option_names
 from models.settings import TrainSettings
 
 NEIGHBOR_SOURCES = ("text", "image", None)
@@ -215,10 +216,14 @@ class Variant:
         if not self.losses:
             raise VariantError(f"variant {self.name!r} has no loss")
         try:
-            options = parameters_of(model_class(self.model), 2)  # after (config, word_vectors)
+            options = option_names(self.model)
         except KeyError as error:
             raise VariantError(error.args[0]) from None
         check_names(f"model option(s) of {self.model!r}", self.model_options, options)
+        try:
+            model_options(self.model, self.model_options, "model_options")  # each option's type and range
+        except SettingValueError as error:
+            raise VariantError(f"{error.name}: {error.refusal}") from None
         if self.neighbor_source not in NEIGHBOR_SOURCES:
             raise VariantError(f"neighbor_source {self.neighbor_source!r} is unknown; valid: {NEIGHBOR_SOURCES}")
         check_names("training setting(s)", self.train, TRAIN_SETTINGS)

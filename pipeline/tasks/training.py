@@ -18,8 +18,8 @@ from common.files import atomic_path
 from common.settings import significant
 from common.tokenizer import TOKENIZER_VERSION
 from data_recipes.manifest import image_ids, integer_group_ids
+from models.config import ModelConfig
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
-from models.encoders import EncoderConfig
 from models.registry import needs_spatial_features
 from models.settings import TrainSettings
 from models.trained import (
@@ -105,7 +105,7 @@ def model_record(task: VariantParams, inputs: Mapping[str, HashedTask], data: Pa
     spec, t = task.variant_spec(), task.train_settings()
     vocab, word_vectors = inputs["words"].vocabulary()
     vocab_file = inputs["words"].output_path("vocab")
-    encoder = EncoderConfig.from_settings(t, word_vectors, feature_width(data))
+    encoder = ModelConfig.from_settings(t, word_vectors, feature_width(data))
     return record_for(
         spec.model,
         dict(spec.model_options),
