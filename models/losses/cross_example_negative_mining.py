@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
+from common.settings import redeclared
 from models.losses.base import Loss, LossOutput, register_loss
-from models.losses.checks import COCOS_EPS
+from models.losses.settings import LossSettings, Shared
 from models.losses.softmax_terms import (
     ScoredPairs,
     batch_cocos,
-    check_logit_scale,
-    check_mining_parameters,
     kept_negative_count,
     masked_logsumexp,
     multi_positive_cross_entropy,
@@ -30,6 +31,14 @@ def cross_example_negative_mining_loss(
     return multi_positive_cross_entropy(logits, positives, masked_logsumexp(logits.reshape(1, -1), hardest))
 
 
+@dataclass(frozen=True)
+class CrossExampleNegativeMiningSettings(LossSettings):
+    scale: float = redeclared(Shared, "scale")
+    fraction: float = redeclared(Shared, "fraction")
+    top_k: int | None = redeclared(Shared, "top_k")
+    cocos_eps: float = redeclared(Shared, "cocos_eps")
+
+
 @register_loss("cross_example_negative_mining")
 class CrossExampleNegativeMining(Loss[ScoredPairs]):
     """Cross-Example Negative Mining (Veit & Wilber Eq. 6) on logits ``scale · cos`` (λ = 20).
@@ -39,20 +48,7 @@ class CrossExampleNegativeMining(Loss[ScoredPairs]):
     loss is returned once as ``cross_example_loss``; ``diagnostics`` reports rows and columns.
     """
 
-    def __init__(
-        self,
-        scale: float = 20.0,
-        fraction: float = 0.5,
-        top_k: int | None = None,
-        cocos_eps: float = COCOS_EPS,
-    ) -> None:
-        super().__init__()
-        check_logit_scale(scale)
-        check_mining_parameters(fraction, top_k)
-        self.scale = scale
-        self.fraction = fraction
-        self.top_k = top_k
-        self.cocos_eps = cocos_eps
+    settings_class = CrossExampleNegativeMiningSettings
 
     def _loss(self, logits: Tensor, positives: Tensor) -> Tensor:
         return cross_example_negative_mining_loss(logits, positives, self.fraction, self.top_k)

@@ -186,13 +186,13 @@ def _variant_change(settings: RunSettings, parts: list[str], value: Any, where: 
 
 
 def _loss_parameter(loss: str, name: str, value: Any, where: str) -> tuple[str, Any]:
-    """A loss parameter and its value checked against the constructor's type (its name is checked when the
+    """A loss parameter and its value checked against its declared type (its name and range are checked when the
     variant is built, naming what is valid)."""
     from models.losses import LOSSES
 
     if loss not in LOSSES:
         return name, value  # not a loss: refused, naming what is valid, when the variant is built
-    hints = typing.get_type_hints(LOSSES[loss].__init__)
+    hints = typing.get_type_hints(LOSSES[loss].settings_class)
     return name, coerce(value, hints[name], where) if name in hints else value
 
 
