@@ -20,6 +20,8 @@ from common.tokenizer import TOKENIZER_VERSION
 from data_recipes.manifest import image_ids, integer_group_ids
 from models.config import ModelConfig
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
+from models.record_check import ModelRecordError
+from models.record_parts import settings_disagreement
 from models.registry import needs_spatial_features
 from models.settings import TrainSettings
 from models.trained import (
@@ -132,10 +134,13 @@ def feature_width(data: PairData) -> int | None:
 
 def load_trained_model(inputs: Mapping[str, HashedTask]) -> tuple[nn.Module, int]:
     """The trained model of the required ``train`` task, built from its construction record alone (checked
-    against the copy its metadata keeps) and loaded with its best checkpoint on this task's device, and the
+    against the copy its metadata keeps, and against the training settings the run plan gives it) and loaded with its best checkpoint on this task's device, and the
     epoch of that checkpoint."""
     train = inputs["train"]
     record = read_record(train.output_path("model"), train.meta()["summary"].get("model_record"))
+    problem = settings_disagreement(record, train.train_settings())  # as its run plan resolves them
+    if problem:
+        raise ModelRecordError(f"{train.output_path('model')}: {problem} (its run plan): the record contradicts what the model was trained with")
     return load_trained(record, train.output_path("checkpoint"), task_device())
 
 
