@@ -126,6 +126,11 @@ class SettingInfo:
     added_after_1_0: bool = False
     #: set by a profile only, not by ``--set`` (e.g. the profile's loss defaults)
     profile_only: bool = False
+    #: when the setting acts, given the whole settings object (None: always); where it does not act it changes
+    #: nothing, so no output's hash holds it (a trunk's learning-rate scale under a frozen trunk)
+    acts: Callable[[Any], bool] | None = None
+    #: ``acts`` as a reader reads it (``the trunk trains``)
+    acts_text: str = ""
     #: a JSON object field: the declared class whose fields it holds (checked as that class, kept as a dict)
     shape: type | None = None
     #: a file may leave it out (it reads as its default): a field added after files without it were written
@@ -144,12 +149,18 @@ def setting(
     operational: bool = False,
     added_after_1_0: bool = False,
     profile_only: bool = False,
+    acts: Callable[[Any], bool] | None = None,
+    acts_text: str = "",
     shape: type | None = None,
     optional: bool = False,
 ) -> Any:
     """A settings field: its default (a dict or list default is copied for each object; :data:`REQUIRED`: none),
-    range or choices, significance and one-line description; ``shape`` and ``optional``: how a file holds it."""
-    info = SettingInfo(description, limit, operational, added_after_1_0, profile_only, shape, optional)
+    range or choices, significance and one-line description. ``acts``: when the field acts, given the settings
+    object it is part of (``acts_text`` says it in words); where it does not act, the field is left out of the
+    hash. ``shape`` and ``optional``: how a file holds it."""
+    if (acts is None) != (not acts_text):
+        raise TypeError("a setting's acts and acts_text are given together")
+    info = SettingInfo(description, limit, operational, added_after_1_0, profile_only, acts, acts_text, shape, optional)
     if default is REQUIRED:
         return dataclasses.field(metadata={SETTING: info})
     if isinstance(default, (dict, list)):
@@ -298,16 +309,29 @@ def read_declared(cls: type, payload: Any, where: str = "", *, partial: bool = F
 
 
 def significant(settings: Any) -> dict[str, Any]:
-    """The fields an output depends on (what a task hashes): all but the operational ones, and one added after 1.0
-    only when it differs from its default."""
+    """The fields an output depends on (what a task hashes): all but the operational ones, those that do not act
+    under the other fields' values (a setting that changes nothing changes no hash), and one added after 1.0 only
+    when it differs from its default."""
     values = dataclasses.asdict(settings)
     kept = {}
     for field in dataclasses.fields(settings):
         info = info_of(field)
         if info.operational or (info.added_after_1_0 and values[field.name] == default_of(field)):
             continue
+        if info.acts is not None and not info.acts(settings):
+            continue
         kept[field.name] = values[field.name]
     return kept
+
+
+def significance_text(info: SettingInfo) -> str:
+    """How a setting counts in the hash, as the settings listing says it."""
+    if info.operational:
+        return "operational"
+    conditions = [f"when {info.acts_text}"] if info.acts is not None else []
+    if info.added_after_1_0:
+        conditions.append("when not the default")
+    return " ".join(["significant", " and ".join(conditions)]).strip()
 
 
 def operational_names(cls: type) -> frozenset[str]:

@@ -8,10 +8,11 @@ pretrained config beside the weights. Evaluate, COCOS, the search index, ``cross
 loading all build a trained model through :func:`build_from_record` (and load a checkpoint through
 :func:`load_trained`), so there is one model builder.
 
-The record (``RECORD_FORMAT`` 1)::
+The record (:class:`models.record.ModelRecord`, declared there; format 2, 1 still read)::
 
-    model, model_options   the registered model (models.registry) and its options
-    encoder                ModelConfig: backbone, embed_dim, word_dim, gru_hidden, vocab_size, trunk, feature_dim
+    model, model_options   the registered model (models.registry) and its declared options
+    encoder                models.config.ModelConfig: backbone, pretrained, embed_dim, word_dim, gru_hidden,
+                           vocab_size, trunk, feature_dim
     image                  the trunk's input side, pooled or spatial features, normalisation mean and std, and
                            for a cached trunk how its cached features were made (pretrained, seed, weights file)
     trunk_training         for a trunk that trains (its top stages, or all of it): which stages, their starting
@@ -23,7 +24,7 @@ The record (``RECORD_FORMAT`` 1)::
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,114 +34,19 @@ from torch import nn
 
 from common.bounded_json import BoundedJsonError, read_bounded_json
 from common.hashing import file_sha256
-from common.registry import Registry
-from common.settings import (
-    REQUIRED,
-    Limit,
-    SettingValueError,
-    check_declared,
-    named,
-    one_of,
-    or_null,
-    read_declared,
-    redeclared,
-    setting,
-)
-from common.tokenizer import TOKENIZERS
-from models.backbones import normalisation, stage_count
+from models.backbones import normalisation
 from models.config import ModelConfig
+from models.record import ModelRecord
 from models.record_check import (
-    CHECKSUM_FIELD,
     MAX_RECORD_BYTES,
     MAX_RECORD_DEPTH,
-    SHA256,
     ModelRecordError,
     changed_fields,
-    check_format,
-    check_seal,
-    record_checksum,
 )
-from models.record_parts import CachedTrunk, TrunkTraining, VocabularyFile, WeightsFile, check_agreement
-from models.registry import MODELS, build_model, needs_spatial_features
-from models.settings import BATCHNORM_MODES, TrainSettings
+from models.registry import build_model, needs_spatial_features
+from models.settings import BATCHNORM_MODES
 
 RECORD_FILE = "model.json"
-#: 2: the record seals itself (``checksum``) and its best checkpoint (``weights``), its vocabulary beside it in
-#: the Train folder; 1 (before 1.1): read for one more minor release, without the seal, its vocabulary the run
-#: root's TrainWordVectors output (``../../TrainWordVectors/<signature>/vocab.json``) — the one conversion
-READABLE_FORMATS = (1, 2)
-RECORD_FORMAT = READABLE_FORMATS[-1]
-
-
-def _registry_choice(registry: Registry) -> Limit:
-    return named(registry.names, registry.unknown_message)
-
-
-def _pixel_statistic(low: float, low_open: bool) -> Limit:
-    def test(values: Any) -> bool:
-        return len(values) == 3 and all((v > low if low_open else v >= low) and v <= 1e3 for v in values)
-
-    return Limit(test, f"three numbers (one per colour) in {'(' if low_open else '['}{low}, 1000]")
-
-
-@dataclass(frozen=True)
-class ModelRecord:
-    """Everything a trained model's network is built from (its weights come from a checkpoint), declared once
-    (:mod:`common.settings`): the record a model is written as and read back through (:meth:`from_json`), its
-    parts agreeing with each other and with the code that builds the model (:func:`models.record_parts.
-    check_agreement`) whenever one is made."""
-
-    model: str = setting(REQUIRED, "the registered model (models.registry)", _registry_choice(MODELS))
-    model_options: dict[str, Any] = setting(REQUIRED, "the model's declared options (models.registry.model_options)")
-    encoder: ModelConfig = setting(REQUIRED, "the model config: trunk, sizes, how much of the trunk trains")
-    image_size: int = redeclared(TrainSettings, "image_size", REQUIRED)
-    features: str = setting(REQUIRED, "what the image tower takes of the trunk: a vector per image, or its map (PVSE)", one_of("pooled", "spatial"))
-    mean: tuple[float, ...] = setting(REQUIRED, "the pixel mean the trunk normalises by", _pixel_statistic(-1e3, False))
-    std: tuple[float, ...] = setting(REQUIRED, "the pixel standard deviation the trunk normalises by", _pixel_statistic(0, True))
-    max_text_tokens: int = redeclared(TrainSettings, "max_text_tokens", REQUIRED)
-    tokenizer_version: int = setting(REQUIRED, "the tokenizer's version (common.tokenizer)", Limit(lambda v: str(v) in TOKENIZERS, "a tokenizer version", explain=lambda v: TOKENIZERS.unknown_message(str(v))))
-    vocabulary: dict[str, Any] = setting(REQUIRED, "the vocabulary (token -> row of the word embedding)", shape=VocabularyFile)
-    #: a cached trunk's features (frozen, or the map under its trained top stages)
-    frozen_trunk: dict[str, Any] | None = setting(None, "how a cached trunk's features were made", shape=CachedTrunk, optional=True)
-    format: int = setting(RECORD_FORMAT, "the record's format", one_of(*READABLE_FORMATS))
-    extra: dict[str, Any] = setting({}, "notes a later version may read", optional=True)
-    #: a trunk that trains: its top stages or all of it, absent for a frozen trunk
-    trunk_training: dict[str, Any] | None = setting(None, "what of the trunk trained, and how", shape=TrunkTraining, optional=True)
-    #: the best checkpoint the record was sealed with (format 2)
-    weights: dict[str, str] | None = setting(None, "the best checkpoint the record is sealed with", shape=WeightsFile, optional=True)
-    #: the SHA-256 of every other field (format 2): an edited record is refused
-    checksum: str | None = setting(None, "the SHA-256 of the record's other fields", or_null(SHA256), optional=True)
-
-    def __post_init__(self) -> None:
-        check_declared(self)
-        check_agreement(self)
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["encoder"] = asdict(self.encoder)
-        out["mean"], out["std"] = list(self.mean), list(self.std)
-        for optional in ("trunk_training", "weights", CHECKSUM_FIELD):
-            if out[optional] is None:
-                del out[optional]  # a record without them reads as it did before they existed
-        return out
-
-    @classmethod
-    def from_json(cls, payload: Any) -> ModelRecord:
-        """The record of ``payload``, read through its declarations: of a readable format, every field of its type
-        and range, its parts agreeing, its seal intact (:mod:`models.record_check`); one
-        :class:`ModelRecordError` naming the field otherwise."""
-        check_format(payload, READABLE_FORMATS)
-        try:
-            record = read_declared(cls, payload)
-        except SettingValueError as error:
-            raise ModelRecordError(f"{error.name}: {error.refusal}") from None
-        check_seal(payload)
-        return record
-
-    def sealed(self, checkpoint: Path) -> ModelRecord:
-        """This record at format 2, with the SHA-256 of ``checkpoint`` (the weights it describes) and of itself."""
-        unsealed = replace(self, format=RECORD_FORMAT, checksum=None, weights={"file": Path(checkpoint).name, "sha256": file_sha256(checkpoint)})
-        return replace(unsealed, checksum=record_checksum(unsealed.to_json()))
 
 
 def record_for(
@@ -181,19 +87,24 @@ def record_for(
     )
 
 
-def trunk_training_record(settings: TrainSettings) -> dict[str, Any] | None:
-    """What ``trunk_training`` records of a run with ``settings`` before its model is built (None for a frozen
-    trunk); :func:`with_starting_weights` adds where the trained stages' first weights came from."""
-    mode = settings.trunk_mode
-    if not mode.trains_trunk:
-        return None
-    return {
-        "trained_stages": mode.recorded_stages,
-        "stages": stage_count(settings.backbone),
-        "batchnorm": settings.trunk_batchnorm,
-        "learning_rate_scale": settings.trunk_learning_rate_scale,
-        "horizontal_flip": settings.horizontal_flip,
-    }
+def load_warm_start(model: nn.Module, parent_state: dict[str, torch.Tensor], where: str) -> None:
+    """A warm start: the weights of a frozen-trunk model (``parent_state``) into ``model``, which holds the same
+    network plus a trained trunk part. Every parent tensor must exist in ``model`` with its shape, and what the
+    parent lacks must be the trunk part's alone (it keeps its starting weights); one line naming the first tensor
+    that breaks this otherwise."""
+    own = model.state_dict()
+    trunk_prefixes = tuple(
+        f"{name}.trunk." for name, module in model.named_modules() if hasattr(module, "trunk_parameters") and module.trunk is not None
+    )
+    missing = sorted(set(parent_state) - set(own))
+    extra = sorted(name for name in set(own) - set(parent_state) if not name.startswith(trunk_prefixes))
+    if missing or extra:
+        first = f"the parent's {missing[0]} is not in this model" if missing else f"{extra[0]} is not in the parent"
+        raise ModelRecordError(f"warm start from {where}: {first}")
+    for name, tensor in parent_state.items():
+        if tuple(tensor.shape) != tuple(own[name].shape):
+            raise ModelRecordError(f"warm start from {where}: {name} is {list(tensor.shape)} there, {list(own[name].shape)} here")
+    model.load_state_dict(parent_state, strict=False)
 
 
 def with_starting_weights(record: ModelRecord, model: nn.Module) -> ModelRecord:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from common.settings import SettingValueError
-from models.record_parts import settings_disagreement, settings_of
-from models.trained import ModelRecord
+from models.record import ModelRecord
+from models.record_settings import settings_disagreement, settings_of
 from serving.bundle import BundleError
 
 

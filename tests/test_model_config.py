@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import torch
 
-from common.settings import REQUIRED, SettingValueError, info_of, redeclared
+from common.settings import REQUIRED, SettingValueError, info_of, redeclared, significant
 from models.backbones import BACKBONES, build_trunk, stage_count
 from models.config import SETTINGS_FIELDS, ModelConfig, trunk_mode
 from models.losses import LOSSES, build_loss
 from models.losses.angular import Angular, AngularSettings
 from models.record_check import ModelRecordError, record_checksum
-from models.record_parts import settings_disagreement
+from models.record_settings import settings_disagreement
 from models.registry import build_model
 from models.settings import TrainSettings
 from models.trained import ModelRecord, load_trained, read_record
@@ -178,9 +178,15 @@ def test_a_record_agrees_with_the_settings_it_was_trained_with_and_names_the_fir
     record = ModelRecord.from_json(fixture("top1_vse"))
     settings = TrainSettings(
         backbone="efficientnet_lite0", trunk="top1", trunk_batchnorm="frozen", trunk_learning_rate_scale=0.1,
-        embed_dim=8, gru_hidden=8, max_text_tokens=16, image_size=32, horizontal_flip=False,
+        embed_dim=8, gru_hidden=8, max_text_tokens=16, image_size=32, horizontal_flip=False, trunk_warm_start=False,
     )
-    assert settings_disagreement(record, settings) is None
+    assert settings_disagreement(record, settings) is None, "a record written before cached views existed holds none"
+    assert settings_disagreement(record, dataclasses.replace(settings, trunk_views=4)) is None, "nor is it compared"
+    warm = dataclasses.replace(settings, trunk_warm_start=True)
+    assert settings_disagreement(record, warm) == "trunk_training.warm_start: False in the record, True in the settings"
+    assert settings_disagreement(record, warm, stated=set(significant(settings)) - {"trunk_warm_start"}) is None, (
+        "a setting its Train did not state (made before it existed) decides nothing compared"
+    )
     for change, said in (
         ({"image_size": 64}, "image_size: 32 in the record, 64 in the settings"),
         ({"max_text_tokens": 4}, "max_text_tokens: 16 in the record, 4 in the settings"),

@@ -30,6 +30,7 @@ from common.settings import (
     named,
     section,
     setting,
+    significance_text,
     type_name,
 )
 from data_recipes import RECIPE_BUILDERS
@@ -172,8 +173,7 @@ class SettingRow:
 
 def _row(path: str, value: Any, info: SettingInfo, hint: Any, settable: bool = True) -> SettingRow:
     """The row of a declared setting at ``path``."""
-    kind = "operational" if info.operational else "significant" + (" when not the default" if info.added_after_1_0 else "")
-    return SettingRow(path, value, info.choices_text() or type_name(hint), kind, info.description, settable)
+    return SettingRow(path, value, info.choices_text() or type_name(hint), significance_text(info), info.description, settable)
 
 
 def _rows(node: Any, prefix: str) -> Iterator[SettingRow]:

@@ -324,13 +324,14 @@ class Report(PipelineTask):
 
 def report_identity(summary: dict[str, Any]) -> dict[str, Any]:
     """What of a run plan a Report hashes: every resolved setting and variant (labels included), not how the
-    changes were spelled, not the dataset's identity twice (it is under ``dataset``) nor the speed-only training
-    settings."""
-    from models.settings import OPERATIONAL_FIELDS
+    changes were spelled, not the dataset's identity twice (it is under ``dataset``) nor the training settings a
+    Train does not hash (the speed-only ones, those that do not act, one added after 1.0 at its default)."""
+    from common.settings import significant
+    from models.settings import TrainSettings
 
     settings = {key: value for key, value in summary["settings"].items() if key != "variants"}
     settings["data"] = {k: v for k, v in settings["data"].items() if k not in ("recipe", "raw_dir", "shards", "seed")}
-    settings["train"] = {k: v for k, v in settings["train"].items() if k not in OPERATIONAL_FIELDS}
+    settings["train"] = significant(TrainSettings(**settings["train"]))
     return {**{key: value for key, value in summary.items() if key not in ("changes", "settings")}, "settings": settings}
 
 

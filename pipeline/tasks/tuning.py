@@ -91,8 +91,11 @@ class Tune(VariantChoice, PipelineTask):
         return merge_overrides(recursively_unfreeze(self.point), SearchSpace.overrides(point))
 
     def trial_train(self, point: dict[str, Any], seed: int) -> Train:
-        """The trial's run with ``seed`` at the variant's own epoch cap."""
-        return self.clone(Train, seed=seed, point=self.trial_overrides(point))
+        """The trial's run with ``seed`` at the variant's own epoch cap. When the trunk trains from a warm start,
+        the trials are the frozen-trunk runs it starts from (its parents): the head and the method's knobs are
+        tuned there, as the frozen profile tunes them, and the trunk's run follows at a fixed rule (``TunedRuns``)."""
+        run = self.clone(Train, seed=seed, point=self.trial_overrides(point))
+        return run.parent() or run
 
     def metric(self) -> tuple[str, bool]:
         """The selection metric's name and whether higher is better."""
@@ -115,7 +118,7 @@ class Tune(VariantChoice, PipelineTask):
 
     # ------------------------------------------------------------------ the schedule
     def cap(self) -> int:
-        """The trials' own epoch cap (the variant's, with the user's overrides)."""
+        """The trials' own epoch cap (the variant's, with the user's overrides; a warm start's parents')."""
         return self.train_settings().epochs
 
     def train_of(self, key: RunKey) -> Train:
@@ -215,7 +218,7 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
                     "seeds": seeds,
                     "val_rsum": float(np.mean([r["val_rsum"] for r in seeds.values() if r["val_rsum"] is not None] or [np.nan])),
                     "capped": any(r["capped"] for r in seeds.values()),
-                    "extended": any(r["max_epochs"] > task.train_settings().epochs for r in seeds.values()),
+                    "extended": any(r["max_epochs"] > task.cap() for r in seeds.values()),
                 }
             )
         trials.append(trial)
@@ -294,14 +297,26 @@ class TunedRuns(VariantChoice, PipelineTask):
         return choices
 
     def trains(self, choice: str = "chosen") -> list[Train]:
-        """The report seeds' runs at a choice's settings and the variant's own epoch cap."""
+        """The report seeds' runs at a choice's settings and the variant's own epoch cap (with a warm start: the
+        frozen-trunk runs the trunk's runs start from, as the trials were)."""
         overrides = self.choices()[choice]
-        return [self.clone(Train, seed=seed, point=overrides) for seed in self.report_seeds()]
+        runs = [self.clone(Train, seed=seed, point=overrides) for seed in self.report_seeds()]
+        return [run.parent() or run for run in runs]
 
-    def final_trains(self, choice: str = "chosen") -> list[Train]:
-        """Each seed's run, continued to the extended cap when it was capped (readable once trains() ran)."""
+    def extended_trains(self, choice: str = "chosen") -> list[Train]:
+        """Each seed's run of :meth:`trains`, continued to the extended cap when it was capped (readable once
+        trains() ran)."""
         tuning = self.settings.tuning
         return [final_run(train, tuning.extended_cap(train.train_settings().epochs)) for train in self.trains(choice)]
+
+    def final_trains(self, choice: str = "chosen") -> list[Train]:
+        """The runs the report reads: :meth:`extended_trains`, or with a warm start the trunk's run from each of
+        them (its own cap, no extension: the trunk's run follows a fixed rule)."""
+        extended = self.extended_trains(choice)
+        if not self.train_settings().warm_started:
+            return extended
+        template = self.clone(Train, seed=self.report_seeds()[0], point=self.choices()[choice])
+        return [template.with_parent_point(parent) for parent in extended]
 
     def evaluations(self, choice: str = "chosen") -> list[Evaluate]:
         """The Evaluate of each seed's final run (readable once final_trains() ran)."""
@@ -318,12 +333,13 @@ class TunedRuns(VariantChoice, PipelineTask):
         return [
             task
             for choice in self.choices()
-            for task in [*self.trains(choice), *self.final_trains(choice), *self.evaluations(choice)]
+            for task in [*self.trains(choice), *self.extended_trains(choice), *self.final_trains(choice), *self.evaluations(choice)]
         ]
 
     def run(self) -> Iterator[list[HashedTask]]:  # a Luigi task with dynamic dependencies is a generator
         choices = list(self.choices())
         yield [train for choice in choices for train in self.trains(choice)]
+        yield [train for choice in choices for train in self.extended_trains(choice)]
         yield [train for choice in choices for train in self.final_trains(choice)]
         yield [evaluation for choice in choices for evaluation in self.evaluations(choice)]
         super().run()
@@ -334,13 +350,13 @@ class TunedRuns(VariantChoice, PipelineTask):
             "variant": self.variant,
             "overrides": choices["chosen"],
             "evaluations": {str(e.seed): str(e.output_dir()) for e in self.evaluations()},
-            "extended": [train.seed for train in self.final_trains() if train.continue_from_epochs],
+            "extended": [train.seed for train in self.extended_trains() if train.continue_from_epochs],
         }
         if "runner_up" in choices:
             runs["runner_up"] = {
                 "overrides": choices["runner_up"],
                 "evaluations": {str(e.seed): str(e.output_dir()) for e in self.runner_up_evaluations()},
-                "extended": [train.seed for train in self.final_trains("runner_up") if train.continue_from_epochs],
+                "extended": [train.seed for train in self.extended_trains("runner_up") if train.continue_from_epochs],
             }
         write_json(self.work_path(work_dir, "runs"), runs)
         return runs
