@@ -181,3 +181,20 @@ def test_a_top_stages_model_trains_exports_and_reloads_to_the_same_embeddings(tm
         cached = frozen_trunk_features(bundle.trunk, resize_batch(pixels, 32), mean, std, False, 1)
         by_hand = bundle.model.encode_image(cached)
     np.testing.assert_allclose(by_hand.numpy(), task.load("test_image")[:4], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "no_op",
+    ["train.trunk_learning_rate_scale=0.5", "train.trunk_batchnorm=batch", "train.trunk_views=4", "train.trunk_epochs=3",
+     "train.trunk_warm_start=false", "train.warm_start_learning_rate_scale=0.5"],
+)
+def test_a_trunk_setting_under_the_frozen_trunk_reruns_nothing(no_op, tmp_path):
+    """A setting that does not act under the chosen mode changes no hash: with the frozen trunk (smoke's), the
+    plan's every task keeps its output path, so nothing reruns (issue 53)."""
+    from pipeline import FullRun
+    from pipeline.run.status import walk
+
+    before = FullRun(profile="smoke", run_root=str(tmp_path))
+    after = FullRun(profile="smoke", run_root=str(tmp_path), set=(no_op,))
+    paths = [sorted(str(task.output_dir().relative_to(tmp_path)) for task in walk(run)) for run in (before, after)]
+    assert paths[0] == paths[1] and sum(path.startswith("Train/") for path in paths[0]) > 5
