@@ -157,32 +157,33 @@ def xavier_gru(input_size: int, hidden: int, bidirectional: bool) -> nn.GRU:
     return gru
 
 
-class TextEncoder(nn.Module):
-    """Word embeddings (initialised from dataset-trained vectors) -> GRU -> linear -> L2 norm."""
+class TextTower(nn.Module):
+    """What the text encoders share: word embeddings (initialised from dataset-trained vectors), a GRU over them
+    (one direction, or both for PVSE) and a linear projection of its final states to the joint space."""
 
     #: set by ``models.recurrent.fixed_width_text``: final states without packing (the CUDA-graph step)
     fixed_width = False
 
-    def __init__(
-        self,
-        vocab_size: int,
-        word_dim: int,
-        hidden: int,
-        embed_dim: int,
-        word_vectors: np.ndarray | None = None,
-    ) -> None:
+    def __init__(self, config: ModelConfig, word_vectors: np.ndarray | None, *, bidirectional: bool) -> None:
         super().__init__()
-        self.embedding = word_embedding(vocab_size, word_dim, word_vectors)
-        self.gru = xavier_gru(word_dim, hidden, bidirectional=False)
-        self.project = xavier_linear(hidden, embed_dim)
+        self.embedding = word_embedding(config.vocab_size, config.word_dim, word_vectors)
+        self.gru = xavier_gru(config.word_dim, config.gru_hidden, bidirectional=bidirectional)
+        self.project = xavier_linear((2 if bidirectional else 1) * config.gru_hidden, config.embed_dim)
 
-    def final_state(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+    def final_states(self, words: Tensor, lengths: Tensor) -> Tensor:
+        """``[directions, B, H]``: the GRU's final states of the padded ``words`` (an empty text keeps one token),
+        forward's last step and, bidirectional, backward's first."""
+        lengths = lengths.clamp(min=1)
         if self.fixed_width:
-            return fixed_width_final_states(self.gru, self.embedding(tokens), lengths.clamp(min=1))[-1]
-        packed = pack_padded_sequence(
-            self.embedding(tokens), lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
-        )
-        return gru_final_states(self.gru, packed)[-1]
+            return fixed_width_final_states(self.gru, words, lengths)
+        return gru_final_states(self.gru, pack_padded_sequence(words, lengths.cpu(), batch_first=True, enforce_sorted=False))
+
+
+class TextEncoder(TextTower):
+    """Word embeddings -> GRU -> linear -> L2 norm."""
+
+    def __init__(self, config: ModelConfig, word_vectors: np.ndarray | None = None) -> None:
+        super().__init__(config, word_vectors, bidirectional=False)
 
     def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        return F.normalize(self.project(self.final_state(tokens, lengths)), dim=-1)
+        return F.normalize(self.project(self.final_states(self.embedding(tokens), lengths)[-1]), dim=-1)

@@ -22,9 +22,7 @@ class VSEModel(nn.Module):
         super().__init__()
         self.config = config
         self.image_encoder = ImageEncoder(config)
-        self.text_encoder = TextEncoder(
-            config.vocab_size, config.word_dim, config.gru_hidden, config.embed_dim, word_vectors
-        )
+        self.text_encoder = TextEncoder(config, word_vectors)
 
     def encode_image(self, images: Tensor) -> Tensor:
         return self.image_encoder(images)

@@ -25,20 +25,23 @@ from tests.fault_table import Fault, assert_refused, half_written, run_command
 pytestmark = pytest.mark.slow
 
 EXPORTED = "exit 0, exported and scored differently without a word"
-FORGED_ROWS = [
-    Fault("a record forged to image_size 64", "forged record", "image_size", 2, "image_size: 64 in the record, 32 in the settings", before=EXPORTED),
-    Fault("a record forged to another mean", "forged record", "mean", 2, "mean: [0.4, 0.5, 0.5], but backbone 'efficientnet_lite0' normalises by [0.5, 0.5, 0.5]", before=EXPORTED),
-    Fault("a record forged to max_text_tokens 4", "forged record", "max_text_tokens", 2, "max_text_tokens: 4 in the record, 32 in the settings", before=EXPORTED),
-    Fault("a record and its Train's config forged to image_size 64", "forged record", "image_size everywhere but the plan", 2, "image_size: 64 in the record, 32 in the settings (its run plan", before=EXPORTED),
-    Fault("weights swapped for another architecture's", "forged record", "weights of pvse", 2, "the record builds another network than the weights hold", before=EXPORTED),
-    Fault("weights swapped for another epoch's", "forged record", "weights of another epoch", 2, "but its Train selected epoch", before=EXPORTED),
-    Fault("a top-1 record with trained_stages 2", "forged record", {"trained_stages": 2}, 2, "trunk_training.trained_stages: 2, but trunk 'top1' trains 1", before="exit 0, exported"),
-    Fault("a top-1 record with trained_stages all", "forged record", {"trained_stages": "all"}, 2, "trunk_training.trained_stages: 'all', but trunk 'top1' trains 1", before="exit 0, exported"),
-    Fault("a top-1 record with 3 of 7 stages trained", "forged record", {"trained_stages": 3, "stages": 7}, 2, "trunk_training.trained_stages: 3, but trunk 'top1' trains 1", before="exit 0, exported"),
-    Fault("a top-1 record without trunk_training", "forged record", None, 2, "trunk_training: missing for trunk 'top1', which trains", before="exit 0, exported"),
-    Fault("a vocabulary file outside the Train folder", "forged record", "vocabulary", 2, "vocabulary.file: must be a file name in the record's folder", before="exit 1, JSONDecodeError traceback"),
-    Fault("a model option the model does not declare", "forged record", "model_options", 2, "model_options: unknown field(s) ['bogus']; it holds none", before="exit 1, TypeError: VSEModel.__init__() got an unexpected keyword argument 'bogus'"),
+#: (the probe, what is forged: a field, a part or a top-1 record's trunk_training changes, the one line's phrase,
+#: what it did before)
+PROBES = [
+    ("a record forged to image_size 64", "image_size", "image_size: 64 in the record, 32 in the settings", EXPORTED),
+    ("a record forged to another mean", "mean", "mean: [0.4, 0.5, 0.5], but backbone 'efficientnet_lite0' normalises by [0.5, 0.5, 0.5]", EXPORTED),
+    ("a record forged to max_text_tokens 4", "max_text_tokens", "max_text_tokens: 4 in the record, 32 in the settings", EXPORTED),
+    ("a record and its Train's config forged to image_size 64", "image_size everywhere but the plan", "image_size: 64 in the record, 32 in the settings (its run plan", EXPORTED),
+    ("weights swapped for another architecture's", "weights of pvse", "the record builds another network than the weights hold", EXPORTED),
+    ("weights swapped for another epoch's", "weights of another epoch", "but its Train selected epoch", EXPORTED),
+    ("a top-1 record with trained_stages 2", {"trained_stages": 2}, "trunk_training.trained_stages: 2, but trunk 'top1' trains 1", "exit 0, exported"),
+    ("a top-1 record with trained_stages all", {"trained_stages": "all"}, "trunk_training.trained_stages: 'all', but trunk 'top1' trains 1", "exit 0, exported"),
+    ("a top-1 record with 3 of 7 stages trained", {"trained_stages": 3, "stages": 7}, "trunk_training.trained_stages: 3, but trunk 'top1' trains 1", "exit 0, exported"),
+    ("a top-1 record without trunk_training", None, "trunk_training: missing for trunk 'top1', which trains", "exit 0, exported"),
+    ("a vocabulary file outside the Train folder", "vocabulary", "vocabulary.file: must be a file name in the record's folder", "exit 1, JSONDecodeError traceback"),
+    ("a model option the model does not declare", "model_options", "model_options: unknown field(s) ['bogus']; it holds none", "exit 1, TypeError: VSEModel.__init__() got an unexpected keyword argument 'bogus'"),
 ]
+FORGED_ROWS = [Fault(name, "forged record", forged, 2, said, before=before) for name, forged, said, before in PROBES]
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor
 
-from common.settings import redeclared
 from models.losses.base import Loss, LossOutput, register_loss
-from models.losses.settings import LossSettings, Shared
+from models.losses.settings import MiningSettings
 from models.losses.softmax_terms import (
     ScoredPairs,
     batch_cocos,
@@ -31,14 +28,6 @@ def cross_example_negative_mining_loss(
     return multi_positive_cross_entropy(logits, positives, masked_logsumexp(logits.reshape(1, -1), hardest))
 
 
-@dataclass(frozen=True)
-class CrossExampleNegativeMiningSettings(LossSettings):
-    scale: float = redeclared(Shared, "scale")
-    fraction: float = redeclared(Shared, "fraction")
-    top_k: int | None = redeclared(Shared, "top_k")
-    cocos_eps: float = redeclared(Shared, "cocos_eps")
-
-
 @register_loss("cross_example_negative_mining")
 class CrossExampleNegativeMining(Loss[ScoredPairs]):
     """Cross-Example Negative Mining (Veit & Wilber Eq. 6) on logits ``scale · cos`` (λ = 20).
@@ -48,7 +37,7 @@ class CrossExampleNegativeMining(Loss[ScoredPairs]):
     loss is returned once as ``cross_example_loss``; ``diagnostics`` reports rows and columns.
     """
 
-    settings_class = CrossExampleNegativeMiningSettings
+    settings_class = MiningSettings
 
     def _loss(self, logits: Tensor, positives: Tensor) -> Tensor:
         return cross_example_negative_mining_loss(logits, positives, self.fraction, self.top_k)

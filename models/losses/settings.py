@@ -19,6 +19,7 @@ from common.settings import (
     check_declared,
     named,
     read_declared,
+    redeclared,
     setting,
 )
 from models.losses.checks import COCOS_EPS, LossPreconditionError
@@ -50,9 +51,17 @@ class Shared(LossSettings):
         COCOS_EPS, "COCOS: a candidate whose gradient weight is below this does not contribute (Bleeker & de Rijke §5)", above(0)
     )
     scale: float = setting(20.0, "λ: the logits are λ·cos (Veit & Wilber §4.2 use λ = 20)", above(0))
+    temperature: float = setting(0.1, "τ: the logits are cos/τ", above(0))
+
+
+@dataclass(frozen=True)
+class MiningSettings(LossSettings):
+    """The settings of the negative-mining losses (Veit & Wilber §4.2): which of the negatives they keep."""
+
+    scale: float = redeclared(Shared, "scale")
     fraction: float = setting(0.5, "share of the negatives kept, the hardest (Veit & Wilber §4.2: 0.5)", between(0, 1))
     top_k: int | None = setting(None, "keep this many hardest negatives instead (null: fraction decides)", Limit(positive_top_k, ">= 1 or null"))
-    temperature: float = setting(0.1, "τ: the logits are cos/τ", above(0))
+    cocos_eps: float = redeclared(Shared, "cocos_eps")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from common.settings import redeclared
 from models.losses.base import Loss, LossOutput, register_loss
-from models.losses.settings import LossSettings, Shared
+from models.losses.settings import MiningSettings, Shared
 from models.losses.softmax_terms import (
     ScoredPairs,
     direction_losses,
@@ -34,12 +34,8 @@ def stochastic_negative_mining_loss(
 
 
 @dataclass(frozen=True)
-class StochasticNegativeMiningSettings(LossSettings):
-    scale: float = redeclared(Shared, "scale")
-    fraction: float = redeclared(Shared, "fraction")
-    top_k: int | None = redeclared(Shared, "top_k")
+class StochasticNegativeMiningSettings(MiningSettings):
     symmetric: bool = redeclared(Shared, "symmetric")
-    cocos_eps: float = redeclared(Shared, "cocos_eps")
 
 
 @register_loss("stochastic_negative_mining")
