@@ -22,6 +22,8 @@ from typing import Any
 SETTING = "setting"
 #: the default of a field that has none: every object is made with it, and a file must hold it (a record's model)
 REQUIRED: Any = dataclasses.MISSING
+#: how a refusal names an object read from a file as a whole (an unknown field of it, or not an object at all)
+WHOLE_OBJECT = "(the whole object)"
 
 
 @dataclass(frozen=True)
@@ -286,12 +288,12 @@ def read_declared(cls: type, payload: Any, where: str = "", *, partial: bool = F
     made (so in its declared range, in its declared shape and agreeing with the others: the class's own check).
     Any problem is one :class:`SettingValueError` naming the field's dotted path below ``where``."""
     if not isinstance(payload, Mapping):
-        raise SettingValueError(where or "(the whole object)", f"{shown(payload)} is not a JSON object")
+        raise SettingValueError(where or WHOLE_OBJECT, f"{shown(payload)} is not a JSON object")
     declared = {field.name: field for field in dataclasses.fields(cls)}
     unknown = sorted(set(payload) - set(declared))
     if unknown:
         holds = ", ".join(sorted(declared)) or "none"
-        raise SettingValueError(where or "(the whole object)", f"unknown field(s) {unknown}; it holds {holds}")
+        raise SettingValueError(where or WHOLE_OBJECT, f"unknown field(s) {unknown}; it holds {holds}")
     hints = typing.get_type_hints(cls)
     values = {}
     for name, field in declared.items():
@@ -305,7 +307,7 @@ def read_declared(cls: type, payload: Any, where: str = "", *, partial: bool = F
     except SettingValueError as error:
         raise SettingValueError(f"{where}.{error.name}" if where else error.name, error.refusal) from None
     except ValueError as error:  # the class's own check of several fields
-        raise SettingValueError(where or "(the whole object)", str(error)) from None
+        raise SettingValueError(where or WHOLE_OBJECT, str(error)) from None
 
 
 def significant(settings: Any) -> dict[str, Any]:

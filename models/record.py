@@ -15,6 +15,7 @@ from common.hashing import file_sha256
 from common.registry import Registry
 from common.settings import (
     REQUIRED,
+    WHOLE_OBJECT,
     Limit,
     SettingValueError,
     check_declared,
@@ -108,7 +109,8 @@ class ModelRecord:
         try:
             record = read_declared(cls, payload)
         except SettingValueError as error:
-            raise ModelRecordError(f"{error.name}: {error.refusal}") from None
+            named = "" if error.name == WHOLE_OBJECT else f"{error.name}: "
+            raise ModelRecordError(f"{named}{error.refusal}") from None
         check_seal(payload)
         return record
 
