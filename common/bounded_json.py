@@ -1,64 +1,177 @@
-"""JSON read within bounds: a size and a nesting depth checked before parsing, so a file or body that is huge or
-nested thousands of levels deep is refused in one line instead of exhausting memory or raising Python's
-``RecursionError`` from its recursive parser.
+"""The one JSON reader of the project: a size, a nesting depth and the digits of every integer checked, so a file,
+a command-line value or a request body that is huge, nested thousands of levels deep or holds a number of
+thousands of digits is refused in one line naming it, instead of exhausting memory, raising Python's
+``RecursionError`` from its recursive parser (or from whatever walks the value later), or Python's
+``ValueError: Exceeds the limit (4300 digits)``.
 
-Used for what the project reads back that a person may have edited or a client sent: model records
-(``models/record_check.py``) and the API's JSON bodies (``serving/bodies.py``).
+Every JSON the project parses goes through :func:`loads_bounded` (text in hand) or :func:`read_bounded` (a file),
+with the :class:`JsonLimits` of its kind: what the project reads back (:data:`RECORD`: ``_meta.json``, metrics,
+run plans, model records, bundles, indexes), a raw dataset's annotation files (:data:`RAW_DATA`), a value on
+the command line (:data:`COMMAND_LINE`). tests/test_bounded_json.py fails on any other ``json.load(s)`` call.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+#: no integer the project reads needs more than 20 digits (2**64); Python's own limit is 4300
+MAX_INT_DIGITS = 100
+#: bytes the depth scan looks at in one step (its arrays take about 30 bytes per byte)
+_SCAN_CHUNK = 4 << 20
+
 
 class BoundedJsonError(ValueError):
-    """JSON that is too large, too deep or not JSON; the message is one line."""
+    """JSON that is too large, too deep, holds an integer with too many digits, or is not JSON; the message
+    is one line naming what was read."""
 
 
-def json_depth(body: bytes) -> int:
+class NotJsonError(BoundedJsonError):
+    """Text within the bounds that does not parse as JSON (a command-line value may then be a plain string)."""
+
+
+@dataclass(frozen=True)
+class JsonLimits:
+    """How much JSON of one kind may hold: bytes, nesting depth of arrays and objects, digits of an integer."""
+
+    max_bytes: int
+    max_depth: int
+    max_int_digits: int = MAX_INT_DIGITS
+
+
+#: what the project writes and reads back (``_meta.json``, metrics, run plans, records, bundles, indexes): a
+#: few KB to a few MB, nested about ten deep
+RECORD = JsonLimits(max_bytes=64 << 20, max_depth=64)
+#: a raw dataset's annotation file (COCO's and GoodNews' are hundreds of MB), nested a few deep
+RAW_DATA = JsonLimits(max_bytes=16 << 30, max_depth=64)
+#: a value given on the command line or in luigi.cfg (``--set``, ``--seeds``, ``--dataset-options`` ...)
+COMMAND_LINE = JsonLimits(max_bytes=1 << 20, max_depth=32)
+
+
+#: +1 for a byte that opens an array or object, -1 for one that closes it
+_BRACKET_STEP = np.zeros(256, dtype=np.int8)
+_BRACKET_STEP[[ord("["), ord("{")]] = 1
+_BRACKET_STEP[[ord("]"), ord("}")]] = -1
+
+
+class _DepthScan:
+    """The nesting depth of JSON text fed in pieces, counted without parsing (no recursion): brackets inside
+    strings are left out, a quote after an odd run of backslashes is inside its string. Only the positions of
+    quotes, backslashes and brackets are looked at, so a piece costs a few passes of C over its bytes."""
+
+    def __init__(self) -> None:
+        self.depth = 0  # open brackets at the end of what was fed
+        self.deepest = 0
+        self._in_string = False
+        self._backslashes = 0  # the run of backslashes the last piece ended with
+
+    def feed(self, piece: bytes) -> None:
+        raw = np.frombuffer(piece, dtype=np.uint8)
+        if not len(raw):
+            return
+        quotes = np.flatnonzero(raw == ord('"'))
+        slashes = np.flatnonzero(raw == ord("\\"))
+        runs = self._runs_before(slashes, np.append(quotes, len(raw)))
+        quotes = quotes[runs[:-1] % 2 == 0]  # an escaped quote is text
+        self._backslashes = int(runs[-1])
+        step = _BRACKET_STEP[raw]
+        brackets = np.flatnonzero(step)
+        # a bracket after an odd count of quotes (this piece's and those before) is inside a string
+        outside = (np.searchsorted(quotes, brackets) + self._in_string) % 2 == 0
+        depth = np.cumsum(step[brackets[outside]], dtype=np.int64) + self.depth
+        if len(depth):
+            self.deepest = max(self.deepest, int(depth.max()))
+            self.depth = int(depth[-1])
+        self._in_string = (len(quotes) + self._in_string) % 2 == 1
+
+    def _runs_before(self, slashes: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """For each of ``positions``, the length of the run of backslashes (at ``slashes``) that ends just
+        before it; a run from the piece's first byte goes on from the last piece's."""
+        if not len(slashes):
+            return np.where(positions == 0, self._backslashes, 0)
+        new_run = np.flatnonzero(np.diff(slashes, prepend=-2) != 1)  # where each run starts, in ``slashes``
+        run_start = np.repeat(slashes[new_run], np.diff(np.append(new_run, len(slashes))))
+        last = np.searchsorted(slashes, positions) - 1  # the last backslash before each position
+        found = (last >= 0) & (slashes[np.maximum(last, 0)] == positions - 1)
+        ends = slashes[np.maximum(last, 0)]
+        starts = run_start[np.maximum(last, 0)]
+        length = np.where(found, ends - starts + 1 + np.where(starts == 0, self._backslashes, 0), 0)
+        return np.where(positions == 0, self._backslashes, length)
+
+
+def json_depth(body: bytes, stop_above: int | None = None) -> int:
     """How deeply the arrays and objects of the JSON text ``body`` nest, counted without parsing (no
-    recursion): brackets inside strings are left out. Only meaningful for text that then parses as JSON."""
-    raw = np.frombuffer(body, dtype=np.uint8)
-    quotes = raw == ord('"')
-    if quotes.any():
-        # a quote is escaped when an odd run of backslashes precedes it
-        backslash = (raw == ord("\\")).astype(np.int64)
-        run = np.zeros(len(raw) + 1, dtype=np.int64)
-        # run[i + 1]: backslashes ending at i (cumulative sum reset at every non-backslash)
-        total = np.cumsum(backslash)
-        last_reset = np.maximum.accumulate(np.where(backslash == 0, total, 0))
-        run[1:] = total - last_reset
-        escaped = run[:-1] % 2 == 1
-        quotes &= ~escaped
-    inside = np.cumsum(quotes) % 2 == 1  # a quote itself counts as inside; brackets there are text
-    steps = np.zeros(len(raw), dtype=np.int64)
-    steps[np.isin(raw, (ord("["), ord("{")))] = 1
-    steps[np.isin(raw, (ord("]"), ord("}")))] = -1
-    steps[inside] = 0
-    return int(np.cumsum(steps).max(initial=0))
+    recursion), in pieces (a file of gigabytes takes no more memory than one piece); ``stop_above``: stop
+    reading once the depth passes it. Only meaningful for text that then parses as JSON."""
+    scan = _DepthScan()
+    for start in range(0, len(body), _SCAN_CHUNK):
+        scan.feed(body[start : start + _SCAN_CHUNK])
+        if stop_above is not None and scan.deepest > stop_above:
+            break
+    return scan.deepest
+
+
+class _TooManyDigits(Exception):
+    def __init__(self, digits: int) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
+def _integer_within(max_digits: int) -> Callable[[str], int]:
+    """``json.loads``'s ``parse_int``: an integer literal of at most ``max_digits`` digits."""
+
+    def parse(literal: str) -> int:
+        digits = len(literal) - literal.startswith("-")
+        if digits > max_digits:
+            raise _TooManyDigits(digits)
+        return int(literal)
+
+    return parse
+
+
+def loads_bounded(data: bytes | str, what: str, limits: JsonLimits = RECORD) -> Any:
+    """``data`` parsed as JSON when it is within ``limits``; a :class:`BoundedJsonError` naming ``what``
+    otherwise (a :class:`NotJsonError` when it is within them but not JSON)."""
+    raw = data.encode("utf-8", "replace") if isinstance(data, str) else bytes(data)
+    if len(raw) > limits.max_bytes:
+        raise BoundedJsonError(f"{what} is {len(raw):,} bytes; at most {limits.max_bytes:,} are read")
+    depth = json_depth(raw, stop_above=limits.max_depth)
+    if depth > limits.max_depth:
+        deep = f"{depth}" if len(raw) <= _SCAN_CHUNK else f"more than {limits.max_depth}"  # a long one: read in part
+        raise BoundedJsonError(f"{what} nests arrays or objects {deep} deep; at most {limits.max_depth}")
+    # an integer that long needs that many digits in a row somewhere (a fast search in C): only then is each
+    # integer counted as it is parsed
+    long_run = re.search(rb"[0-9]{%d}" % (limits.max_int_digits + 1), raw) is not None
+    try:
+        return json.loads(data, parse_int=_integer_within(limits.max_int_digits) if long_run else None)
+    except _TooManyDigits as error:
+        raise BoundedJsonError(
+            f"{what} holds an integer of {error.digits:,} digits; at most {limits.max_int_digits}"
+        ) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        first = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise NotJsonError(f"{what} is not JSON ({first})") from None
+
+
+def read_bounded(path: str | Path, limits: JsonLimits = RECORD, what: str | None = None) -> Any:
+    """The JSON file ``path`` within ``limits`` (read no further than its byte limit + 1); a
+    :class:`BoundedJsonError` naming the file (or ``what``) otherwise. ``OSError`` as ``open`` raises it."""
+    with open(path, "rb") as handle:
+        data = handle.read(limits.max_bytes + 1)
+    return loads_bounded(data, what or str(path), limits)
 
 
 def load_bounded_json(data: bytes, max_bytes: int, max_depth: int, what: str) -> Any:
-    """``data`` parsed as JSON when it is at most ``max_bytes`` long and nests at most ``max_depth`` deep; a
-    :class:`BoundedJsonError` naming ``what`` otherwise."""
-    if len(data) > max_bytes:
-        raise BoundedJsonError(f"{what} is {len(data):,} bytes; at most {max_bytes:,} are read")
-    depth = json_depth(data)
-    if depth > max_depth:
-        raise BoundedJsonError(f"{what} nests arrays or objects {depth} deep; at most {max_depth}")
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        first = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
-        raise BoundedJsonError(f"{what} is not JSON ({first})") from None
+    """:func:`loads_bounded` with a byte and a depth limit of the caller's (the model records' limits)."""
+    return loads_bounded(data, what, JsonLimits(max_bytes, max_depth))
 
 
 def read_bounded_json(path: Path, max_bytes: int, max_depth: int) -> Any:
-    """The JSON file ``path`` within the bounds (read no further than ``max_bytes`` + 1 bytes)."""
-    with open(path, "rb") as handle:
-        data = handle.read(max_bytes + 1)
-    return load_bounded_json(data, max_bytes, max_depth, str(path))
+    """:func:`read_bounded` with a byte and a depth limit of the caller's (the model records' limits)."""
+    return read_bounded(path, JsonLimits(max_bytes, max_depth))

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import luigi
 
 from common.hashing import stable_hash
+from common.run_folder import CODE_MARKER, META_FILE
 from pipeline.engine.code_versions import version_of
 from pipeline.engine.gpus import host_gpu_count
 from pipeline.engine.outputs import (
@@ -31,10 +32,6 @@ from pipeline.engine.outputs import (
     write_json,
 )
 from pipeline.engine.spawn import produce_in_own_process, runs_in_own_process
-
-META_FILE = "_meta.json"
-#: in a resumable task's work folder: the code lineage its partial output was made with
-CODE_MARKER = "_code.json"
 
 __all__ = ["CODE_MARKER", "META_FILE", "HashedTask", "stable_hash", "threads_per_worker"]
 
