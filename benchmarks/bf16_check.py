@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common.bounded_json import read_bounded
+
 ROOT = Path(__file__).resolve().parent.parent
 PRECISIONS = {"fp32": "off", "bf16": "bf16"}
 DIRECTIONS = ("i2t", "t2i")
@@ -57,10 +59,10 @@ def command(args: argparse.Namespace, amp: str, run_root: Path) -> list[str]:
 def read_runs(run_root: Path, report: Path) -> list[dict]:
     """Each run of ``report``: its seed, validation curves and test 5-way R@1."""
     runs = []
-    for entry in json.loads((report / "run_index.json").read_text())["runs"]:
+    for entry in read_bounded(report / "run_index.json")["runs"]:
         with open(run_root / entry["train"] / "history.csv", newline="") as handle:
             history = list(csv.DictReader(handle))
-        metrics = json.loads((run_root / entry["evaluate"] / "metrics.json").read_text())
+        metrics = read_bounded(run_root / entry["evaluate"] / "metrics.json")
         runs.append(
             {
                 "variant": entry["variant"],

@@ -14,12 +14,12 @@ given them), e.g. Ours with in-batch neighbors against Ours with neighbors as ex
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 from compare_run_roots import point_of  # this folder (a script: its folder is on sys.path)
 
+from common.bounded_json import COMMAND_LINE, loads_bounded, read_bounded
 from evaluation.evaluate import HEADLINE_PRESERVATION
 from evaluation.statistics import paired_bootstrap_items_and_seeds
 
@@ -28,7 +28,7 @@ def outcomes(run_root: Path, variant: str, overrides: dict) -> dict[str, dict[in
     """Per outcome (i2t, t2i, NP image, NP text), the per-item arrays of each seed's Evaluate output."""
     found: dict[str, dict[int, np.ndarray]] = {}
     for meta_path in sorted(run_root.glob("Evaluate/*/_meta.json")):
-        meta = json.loads(meta_path.read_text())
+        meta = read_bounded(meta_path)
         params = meta["params"]
         # _meta.json keeps parameters as Python reprs
         if params["variant"] != variant or point_of(params) != overrides:
@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     args = parser.parse_args(argv)
     if args.quick:
         args.resamples = 200
-    a = outcomes(args.run_root, args.a[0], json.loads(args.a[1]))
-    b = outcomes(args.run_root, args.b[0], json.loads(args.b[1]))
+    a = outcomes(args.run_root, args.a[0], loads_bounded(args.a[1], "--a", COMMAND_LINE))
+    b = outcomes(args.run_root, args.b[0], loads_bounded(args.b[1], "--b", COMMAND_LINE))
     print(
         f"A = {args.a[0]} {args.a[1]} seeds {sorted(a['i2t'])}; B = {args.b[0]} {args.b[1]} seeds {sorted(b['i2t'])}"
     )

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.bounded_json import read_bounded
+
 ROOT = Path(__file__).resolve().parent.parent
 #: the task families whose outputs come from a network, so must say which device ran it
 NETWORK_FAMILIES = ("TrunkFeatures", "Train", "Evaluate", "Cocos", "SearchIndex")
@@ -58,7 +60,7 @@ def recorded_devices(run_root: Path) -> dict[str, list[str]]:
         for meta in sorted((run_root / family).glob("*/_meta.json")):
             if meta.parent.name.endswith(".partial"):
                 continue
-            devices.setdefault(family, []).append(str(json.loads(meta.read_text()).get("device", "missing")))
+            devices.setdefault(family, []).append(str(read_bounded(meta).get("device", "missing")))
     return devices
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,13 @@ _SCAN_CHUNK = 4 << 20
 
 class BoundedJsonError(ValueError):
     """JSON that is too large, too deep, holds an integer with too many digits, or is not JSON; the message
-    is one line naming what was read."""
+    is one line naming what was read, ``detail`` what is wrong with it (``nests arrays or objects 5000 deep; at
+    most 64``), for a reader that names the file its own way; ``bound`` the bound it passed (``bytes``,
+    ``depth``, ``digits``), empty for text that is not JSON."""
+
+    def __init__(self, what: str, detail: str, bound: str = "") -> None:
+        super().__init__(f"{what} {detail}")
+        self.detail, self.bound = detail, bound
 
 
 class NotJsonError(BoundedJsonError):
@@ -135,28 +141,46 @@ def _integer_within(max_digits: int) -> Callable[[str], int]:
     return parse
 
 
-def loads_bounded(data: bytes | str, what: str, limits: JsonLimits = RECORD) -> Any:
-    """``data`` parsed as JSON when it is within ``limits``; a :class:`BoundedJsonError` naming ``what``
-    otherwise (a :class:`NotJsonError` when it is within them but not JSON)."""
-    raw = data.encode("utf-8", "replace") if isinstance(data, str) else bytes(data)
+def _check_bounds(raw: bytes, what: str, limits: JsonLimits) -> bool:
+    """The size and depth of ``raw`` within ``limits`` (else a :class:`BoundedJsonError`); whether it holds a run
+    of digits longer than an integer may have (then each integer is counted as it is parsed)."""
     if len(raw) > limits.max_bytes:
-        raise BoundedJsonError(f"{what} is {len(raw):,} bytes; at most {limits.max_bytes:,} are read")
+        raise BoundedJsonError(what, f"is {len(raw):,} bytes; at most {limits.max_bytes:,} are read", "bytes")
     depth = json_depth(raw, stop_above=limits.max_depth)
     if depth > limits.max_depth:
         deep = f"{depth}" if len(raw) <= _SCAN_CHUNK else f"more than {limits.max_depth}"  # a long one: read in part
-        raise BoundedJsonError(f"{what} nests arrays or objects {deep} deep; at most {limits.max_depth}")
-    # an integer that long needs that many digits in a row somewhere (a fast search in C): only then is each
-    # integer counted as it is parsed
-    long_run = re.search(rb"[0-9]{%d}" % (limits.max_int_digits + 1), raw) is not None
+        raise BoundedJsonError(what, f"nests arrays or objects {deep} deep; at most {limits.max_depth}", "depth")
+    # an integer that long needs that many digits in a row somewhere (a fast search in C)
+    return re.search(rb"[0-9]{%d}" % (limits.max_int_digits + 1), raw) is not None
+
+
+def _parse(text: bytes | str, what: str, limits: JsonLimits, count_digits: bool) -> Any:
     try:
-        return json.loads(data, parse_int=_integer_within(limits.max_int_digits) if long_run else None)
+        return json.loads(text, parse_int=_integer_within(limits.max_int_digits) if count_digits else None)
     except _TooManyDigits as error:
-        raise BoundedJsonError(
-            f"{what} holds an integer of {error.digits:,} digits; at most {limits.max_int_digits}"
-        ) from None
+        detail = f"holds an integer of {error.digits:,} digits; at most {limits.max_int_digits}"
+        raise BoundedJsonError(what, detail, "digits") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         first = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
-        raise NotJsonError(f"{what} is not JSON ({first})") from None
+        raise NotJsonError(what, f"is not JSON ({first})") from None
+
+
+def loads_bounded(data: bytes | str, what: str, limits: JsonLimits = RECORD) -> Any:
+    """``data`` parsed as JSON when it is within ``limits``; a :class:`BoundedJsonError` naming ``what``
+    otherwise (a :class:`NotJsonError` when it is within them but not JSON)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    return _parse(data, what, limits, _check_bounds(raw, what, limits))
+
+
+def loads_bounded_lines(data: str, what: str, limits: JsonLimits = RAW_DATA) -> Iterator[tuple[int, Any]]:
+    """JSON Lines: ``(line number, value)`` of each line that is not blank, the whole text checked against
+    ``limits`` first (once: a line nesting deeper than the limit passes it somewhere); a line that is not JSON is
+    a :class:`NotJsonError` naming ``what`` and its number. ``data`` may hold lone surrogates (bytes that were not
+    UTF-8, decoded with ``surrogateescape``): they stay in the values, for the row checks to reject."""
+    count_digits = _check_bounds(data.encode("utf-8", "surrogatepass"), what, limits)
+    for number, line in enumerate(data.splitlines(), start=1):
+        if line.strip():
+            yield number, _parse(line, f"{what} line {number}", limits, count_digits)
 
 
 def read_bounded(path: str | Path, limits: JsonLimits = RECORD, what: str | None = None) -> Any:

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from common.bounded_json import RECORD, BoundedJsonError, read_bounded
+from common.bounded_json import RECORD, BoundedJsonError, NotJsonError, read_bounded
 from common.files import partial_path
 from common.hashing import stable_hash
 
@@ -63,8 +63,10 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
         meta = read_bounded(path, RECORD)
     except FileNotFoundError:
         raise RunFolderError(f"{folder} is not a finished task output ({META_FILE} is missing): run its task again") from None
-    except (OSError, BoundedJsonError) as error:
-        raise RunFolderError(f"{path} is damaged ({error}): run its task again") from None
+    except BoundedJsonError as error:
+        raise RunFolderError(f"{path} is damaged: it {error.detail}: run its task again") from None
+    except OSError as error:
+        raise RunFolderError(f"{path} is unreadable ({type(error).__name__}: {error}): run its task again") from None
     if not isinstance(meta, dict):
         raise RunFolderError(f"{path} is damaged (not a JSON object): run its task again")
     return meta
@@ -168,8 +170,10 @@ def read_plan_record(run_root: str | Path, plan_id: str) -> tuple[dict[str, Any]
         return None, "missing"
     except OSError as error:
         return None, f"unreadable ({type(error).__name__}: {error})"
+    except NotJsonError as error:
+        return None, f"not JSON, or cut off ({error.detail})"
     except BoundedJsonError as error:
-        return None, f"not JSON, or cut off ({str(error).removeprefix(str(path)).strip()})"
+        return None, f"beyond what is read: it {error.detail}"
     if not isinstance(data, dict) or not all(field in data for field in PLAN_ID_FIELDS):
         return None, "not a run plan (its fields are missing)"
     if stable_hash({field: data[field] for field in PLAN_ID_FIELDS}) != plan_id:
