@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from common.bounded_json import read_bounded
+from common.run_folder import declared_output, finished_outputs, meta_field
 
 #: keys whose values legitimately differ between two runs of the same settings
 VOLATILE = re.compile(
@@ -72,11 +73,11 @@ def point_of(params: dict[str, str]) -> dict:
 
 def evaluations(root: Path, renames: list[tuple[str, str]], ignore_overrides: bool = False) -> dict[tuple, Any]:
     found = {}
-    for meta_path in sorted(root.glob("Evaluate/*/_meta.json")):
-        params = read_bounded(meta_path)["params"]
+    for folder in finished_outputs(root, "Evaluate"):
+        params = meta_field(folder, "params")
         overrides = "" if ignore_overrides else str(point_of(params))
         key = (params["variant"], int(params["seed"]), overrides)
-        found[key] = normalised(read_bounded(meta_path.parent / "metrics.json"), renames)
+        found[key] = normalised(read_bounded(declared_output(folder, "metrics")), renames)
     return found
 
 

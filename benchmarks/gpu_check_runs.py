@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.bounded_json import read_bounded
+from common.run_folder import finished_outputs, read_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the task families whose outputs come from a network, so must say which device ran it
@@ -57,10 +57,8 @@ def recorded_devices(run_root: Path) -> dict[str, list[str]]:
     """Per network family, the ``"device"`` of each finished output folder (``"missing"`` where absent)."""
     devices: dict[str, list[str]] = {}
     for family in NETWORK_FAMILIES:
-        for meta in sorted((run_root / family).glob("*/_meta.json")):
-            if meta.parent.name.endswith(".partial"):
-                continue
-            devices.setdefault(family, []).append(str(read_bounded(meta).get("device", "missing")))
+        for folder in finished_outputs(run_root, family):
+            devices.setdefault(family, []).append(str(read_meta(folder).get("device", "missing")))
     return devices
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from common.bounded_json import RECORD, BoundedJsonError, NotJsonError, read_bounded
-from common.files import partial_path
+from common.files import PARTIAL_SUFFIX, partial_path
 from common.hashing import stable_hash
 
 META_FILE = "_meta.json"
@@ -115,8 +115,10 @@ def upstream_folder(folder: str | Path, family: str) -> Path:
 
 
 def finished_outputs(run_root: str | Path, family: str) -> list[Path]:
-    """The finished outputs of task family ``family`` in ``run_root`` (a folder with its ``_meta.json``), by name."""
-    return sorted(path.parent for path in (Path(run_root) / family).glob(f"*/{META_FILE}"))
+    """The finished outputs of task family ``family`` in ``run_root`` (a folder with its ``_meta.json``, not one
+    still being built), by name."""
+    found = (Path(run_root) / family).glob(f"*/{META_FILE}")
+    return sorted(path.parent for path in found if not path.parent.name.endswith(PARTIAL_SUFFIX))
 
 
 # ---------------------------------------------------------------------------------------------- history
