@@ -150,7 +150,7 @@ TASK_ROWS = [
 PLAN_ID_ROWS = [
     Fault("the default profile beside a given plan", "task", ["FullRun", "--plan", "0123456789ab", "--profile", "demo"], 2, "holds the run's settings: drop --profile", before="exit 0, --profile demo silently ignored (it equals the default)"),
     Fault("the default profile beside a given plan of a task started alone", "task", ["Split", "--plan", "0123456789ab", "--profile", "demo"], 2, "holds the run's settings: drop --profile", before="--profile demo not refused; exit 35, a traceback (the unknown plan)"),
-    Fault("a task started alone with an unknown plan", "task", ["Train", "--plan", "zzzz", "--variant", "ours", "--seed", "0"], 2, "run plan zzzz: ", before="exit 35, a traceback ending in RunConfigurationError"),
+    Fault("a task started alone with an unknown plan", "task", ["Train", "--plan", "ffffffffffff", "--variant", "ours", "--seed", "0"], 2, "run plan ffffffffffff: ", before="exit 35, a traceback ending in RunConfigurationError"),
 ]
 
 
