@@ -21,12 +21,8 @@ from pipeline.config.variant_spec import LossSpec
 from pipeline.engine.outputs import write_json
 from pipeline.engine.task import HashedTask
 from pipeline.tasks.base import PipelineTask
-from pipeline.tasks.training import (
-    Train,
-    VariantParams,
-    load_pair_data,
-    load_trained_model,
-)
+from pipeline.tasks.train_inputs import load_pair_data, load_trained_model
+from pipeline.tasks.training import Train, VariantParams
 
 #: batches are drawn with this seed for every variant, so variants without neighbors see the same batches
 COCOS_SEED = 0

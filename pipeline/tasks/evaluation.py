@@ -24,14 +24,8 @@ from pipeline.engine.task import HashedTask
 from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.data import check_split_fits
 from pipeline.tasks.representations import TrainDoc2Vec
-from pipeline.tasks.training import (
-    Train,
-    VariantParams,
-    load_pair_data,
-    load_trained_model,
-    pair_inputs,
-    trunk_inputs,
-)
+from pipeline.tasks.train_inputs import load_pair_data, load_trained_model, pair_inputs, trunk_inputs
+from pipeline.tasks.training import Train, VariantParams
 
 
 class Evaluate(VariantParams, PipelineTask):
