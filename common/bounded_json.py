@@ -191,11 +191,7 @@ def read_bounded(path: str | Path, limits: JsonLimits = RECORD, what: str | None
     return loads_bounded(data, what or str(path), limits)
 
 
-def load_bounded_json(data: bytes, max_bytes: int, max_depth: int, what: str) -> Any:
-    """:func:`loads_bounded` with a byte and a depth limit of the caller's (the model records' limits)."""
-    return loads_bounded(data, what, JsonLimits(max_bytes, max_depth))
-
-
 def read_bounded_json(path: Path, max_bytes: int, max_depth: int) -> Any:
-    """:func:`read_bounded` with a byte and a depth limit of the caller's (the model records' limits)."""
+    """:func:`read_bounded` with a byte and a depth limit of the caller's (``models.trained.read_record``: the model
+    records' own limits)."""
     return read_bounded(path, JsonLimits(max_bytes, max_depth))

@@ -55,21 +55,29 @@ def run_root_of(folder: str | Path) -> Path:
     return Path(folder).parent.parent
 
 
+def read_object(path: str | Path, remedy: str = "run its task again") -> dict[str, Any]:
+    """A JSON object file of a run folder (``_meta.json``, an output's ``metrics.json``), read within bounds; one
+    :class:`RunFolderError` line naming it and ``remedy`` when it is damaged (``FileNotFoundError`` as it is)."""
+    try:
+        value = read_bounded(path, RECORD)
+    except BoundedJsonError as error:
+        raise RunFolderError(f"{path} is damaged: it {error.detail}: {remedy}") from None
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise RunFolderError(f"{path} is unreadable ({type(error).__name__}: {error}): {remedy}") from None
+    if not isinstance(value, dict):
+        raise RunFolderError(f"{path} is damaged (not a JSON object): {remedy}")
+    return value
+
+
 def read_meta(folder: str | Path) -> dict[str, Any]:
     """A task output's ``_meta.json`` (written last, so its presence means the output is whole), read within
     bounds; one :class:`RunFolderError` line when it is missing or damaged."""
-    path = Path(folder) / META_FILE
     try:
-        meta = read_bounded(path, RECORD)
+        return read_object(Path(folder) / META_FILE)
     except FileNotFoundError:
         raise RunFolderError(f"{folder} is not a finished task output ({META_FILE} is missing): run its task again") from None
-    except BoundedJsonError as error:
-        raise RunFolderError(f"{path} is damaged: it {error.detail}: run its task again") from None
-    except OSError as error:
-        raise RunFolderError(f"{path} is unreadable ({type(error).__name__}: {error}): run its task again") from None
-    if not isinstance(meta, dict):
-        raise RunFolderError(f"{path} is damaged (not a JSON object): run its task again")
-    return meta
 
 
 def meta_or_none(folder: str | Path) -> dict[str, Any] | None:
@@ -215,6 +223,7 @@ __all__ = [
     "plan_path",
     "plan_summary_of",
     "read_meta",
+    "read_object",
     "read_plan_record",
     "run_root_of",
     "upstream_folder",

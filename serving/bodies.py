@@ -19,8 +19,9 @@ from common.bounded_json import BoundedJsonError, JsonLimits, NotJsonError, load
 
 #: deepest nesting of arrays and objects a JSON query may have: a [K, D] vector query is 3 deep
 MAX_JSON_DEPTH = 16
-#: the longest integer literal a JSON query may hold: 309 digits already pass float range (``not_finite``)
-MAX_BODY_INT_DIGITS = 400
+#: the longest integer literal a JSON query may hold (309 digits already pass float range: ``not_finite``); a
+#: longer one is refused while it is parsed, before Python's own limit (4300 digits, a ValueError) is met
+MAX_BODY_INT_DIGITS = 1000
 #: multipart framing around an uploaded file (boundaries, headers) allowed on top of the size limit
 MULTIPART_OVERHEAD = 16 * 1024
 

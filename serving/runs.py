@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common.bounded_json import RECORD, BoundedJsonError, read_bounded
 from common.hashing import file_sha256
 from common.run_folder import (
     META_FILE,
@@ -18,6 +17,7 @@ from common.run_folder import (
     meta_field,
     plan_summary_of,
     read_meta,
+    read_object,
     upstream_folder,
 )
 from models.trained import ModelRecordError, read_record
@@ -101,12 +101,9 @@ def find_train_dir(
         )
     chosen = choose_report(source, report)
     index = declared_output(chosen, RUN_INDEX_OUTPUT)
-    try:
-        runs = read_bounded(index, RECORD)["runs"]
-        if not isinstance(runs, list) or not all(isinstance(run, dict) for run in runs):
-            raise TypeError("its runs are not a list of runs")
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise BundleError(f"{index} is damaged ({type(error).__name__}: {error}): run the report's task again") from None
+    runs = read_object(index, "run the report's task again").get("runs")
+    if not isinstance(runs, list) or not all(isinstance(run, dict) for run in runs):
+        raise BundleError(f"{index} is damaged (its runs are not a list of runs): run the report's task again")
     variant = variant or meta_field(chosen, "config", "headline", "method")
     candidates = [run for run in runs if run["variant"] == variant]
     if not candidates:
@@ -174,7 +171,7 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
     metrics: dict[str, Any] = {}
     doc2vec, infer_epochs = None, None
     if evaluate_dir is not None:
-        metrics = _json_output(evaluate_dir, "metrics")
+        metrics = read_object(declared_output(evaluate_dir, "metrics"))
         # the Doc2Vec its neighbor preservation was measured against (Train needs none without text neighbors)
         doc2vec_dir = upstream_folder(evaluate_dir, "TrainDoc2Vec")
         doc2vec = declared_output(doc2vec_dir, "model")
@@ -188,7 +185,7 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
         train=meta_field(train_dir, "config", "train"),
         record=record,
         checkpoint=declared_output(train_dir, "checkpoint"),
-        vocab=_json_file(vocab_file, "export from the run root the model was trained in"),
+        vocab=read_object(vocab_file, "export from the run root the model was trained in"),
         image_cache_size=int(image_size),
         metrics=metrics,
         doc2vec=doc2vec,
@@ -200,23 +197,6 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
             "dataset": plan.get("dataset", {}).get("name"),
         },
     )
-
-
-def _json_output(folder: Path, name: str) -> dict[str, Any]:
-    """A declared JSON output of a task output (an Evaluate's metrics), read within bounds; one line otherwise."""
-    return _json_file(declared_output(folder, name), "run its task again")
-
-
-def _json_file(path: Path, remedy: str) -> Any:
-    try:
-        value = read_bounded(path, RECORD)
-    except BoundedJsonError as error:
-        raise BundleError(f"{path} is damaged: it {error.detail}: {remedy}") from None
-    except OSError as error:
-        raise BundleError(f"{path} is unreadable ({error}): {remedy}") from None
-    if not isinstance(value, dict):
-        raise BundleError(f"{path} is damaged (not a JSON object): {remedy}")
-    return value
 
 
 def split_of_train_dir(train_dir: Path) -> tuple[Path, Path | None]:

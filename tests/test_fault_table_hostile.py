@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pipeline.__main__ import main
-from tests.fault_table import Fault, assert_refused, half_written, run_command
+from tests.fault_table import (
+    Fault,
+    assert_refused,
+    assert_the_luigi_command_refuses,
+    half_written,
+    run_command,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 BIG = "9" * 5000  # Python refuses to read an integer of more than 4300 digits: a ValueError, not a line
 DEEP_LIST = "[" * 30_000 + "]" * 30_000
 DEEP_OBJECT = '{"a":' * 5000 + "1" + "}" * 5000
@@ -55,12 +58,7 @@ def test_settings_refuses_a_deep_or_huge_value_in_one_line(fault):
 @pytest.mark.parametrize("fault", [COMMAND_LINE_ROWS[0], COMMAND_LINE_ROWS[4]], ids=Fault.id)
 def test_the_luigi_command_refuses_it_before_any_task(fault, tmp_path):
     """The ``luigi`` command parses ``--seeds`` with Luigi's own ``json.loads``: the bounded reader sees it first."""
-    root = tmp_path / "runs"
-    command = [str(Path(sys.executable).with_name("luigi")), "--module", "pipeline", "FullRun", "--profile", "smoke"]
-    done = subprocess.run([*command, "--run-root", str(root), *fault.args], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    ours = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert done.returncode == 2 and len(ours) == 1 and fault.said in ours[0], done.stderr[-3000:]
-    assert "Traceback" not in done.stderr and "Uncaught exception" not in done.stderr and not root.exists()
+    assert_the_luigi_command_refuses(fault, tmp_path / "runs")
 
 
 RAW_FILE_ROWS = [

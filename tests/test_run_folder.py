@@ -11,22 +11,7 @@ import pytest
 
 from common import run_folder
 from common.hashing import stable_hash
-from common.run_folder import (
-    HISTORY_FILE,
-    META_FILE,
-    PLAN_ID_FIELDS,
-    RunFolderError,
-    check_plan_id,
-    declared_output,
-    last_history_row,
-    meta_field,
-    meta_or_none,
-    plan_path,
-    plan_summary_of,
-    read_meta,
-    read_plan_record,
-    upstream_folder,
-)
+from common.run_folder import RunFolderError
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("common", "data_recipes", "models", "evaluation", "serving", "pipeline", "benchmarks")
@@ -84,13 +69,13 @@ def test_the_check_finds_a_name_spelled_again(tmp_path):
 def output(root: Path, family: str, signature: str, meta: object) -> Path:
     folder = root / family / signature
     folder.mkdir(parents=True)
-    (folder / META_FILE).write_text(meta if isinstance(meta, str) else json.dumps(meta))
+    (folder / run_folder.META_FILE).write_text(meta if isinstance(meta, str) else json.dumps(meta))
     return folder
 
 
 def test_meta_is_read_within_bounds_and_refused_in_one_line(tmp_path):
     good = output(tmp_path, "Train", "a" * 12, {"config": {"seed": 3}, "outputs": {"model": "model.json"}})
-    assert read_meta(good)["config"] == {"seed": 3} and meta_field(good, "config", "seed") == 3
+    assert run_folder.read_meta(good)["config"] == {"seed": 3} and run_folder.meta_field(good, "config", "seed") == 3
     cases = {
         "not JSON": ("{not json", "_meta.json is damaged: it is not JSON"),
         "deep": ("[" * 100_000 + "]" * 100_000, "_meta.json is damaged: it nests arrays or objects 100000 deep; at most 64"),
@@ -100,13 +85,13 @@ def test_meta_is_read_within_bounds_and_refused_in_one_line(tmp_path):
     for index, (text, said) in enumerate(cases.values()):
         folder = output(tmp_path, "Evaluate", f"{index:012d}", text)
         with pytest.raises(RunFolderError) as refused:
-            read_meta(folder)
+            run_folder.read_meta(folder)
         assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)[:300]
-        assert meta_or_none(folder) is None
+        assert run_folder.meta_or_none(folder) is None
     with pytest.raises(RunFolderError, match="is not a finished task output"):
-        read_meta(tmp_path / "Train" / ("b" * 12))
+        run_folder.read_meta(tmp_path / "Train" / ("b" * 12))
     with pytest.raises(RunFolderError, match=r"damaged \(it has no config.train\)"):
-        meta_field(good, "config", "train")
+        run_folder.meta_field(good, "config", "train")
 
 
 def test_a_declared_output_and_an_upstream_folder_stay_in_their_run_root(tmp_path):
@@ -119,52 +104,52 @@ def test_a_declared_output_and_an_upstream_folder_stay_in_their_run_root(tmp_pat
         {"outputs": {"model": "model.json", "escape": "../../x.json"}, "upstream": {"PrepareDataset": f"/elsewhere/runs/PrepareDataset/{'c' * 12}", "Split": "../../etc"}},
     )
     (train / "model.json").write_text("{}")
-    assert declared_output(train, "model") == train / "model.json"
-    assert upstream_folder(train, "PrepareDataset") == prepared  # the recorded run root was another
+    assert run_folder.declared_output(train, "model") == train / "model.json"
+    assert run_folder.upstream_folder(train, "PrepareDataset") == prepared  # the recorded run root was another
     with pytest.raises(RunFolderError, match="names output 'escape' outside its folder"):
-        declared_output(train, "escape")
+        run_folder.declared_output(train, "escape")
     with pytest.raises(RunFolderError, match="names no output 'weights'"):
-        declared_output(train, "weights")
+        run_folder.declared_output(train, "weights")
     with pytest.raises(RunFolderError, match="its upstream Split is '../../etc'"):
-        upstream_folder(train, "Split")
+        run_folder.upstream_folder(train, "Split")
 
 
 def test_the_last_history_row_is_read_or_none_while_it_is_written(tmp_path):
-    (tmp_path / HISTORY_FILE).write_text("epoch,val_nway_r1\n1,0.4\n2,0.5\n")
-    assert last_history_row(tmp_path, "val_nway_r1") == (2, 0.5)
-    (tmp_path / HISTORY_FILE).write_text("epoch,val_nway_r1\n1,0.4\n2")  # a row cut short
-    assert last_history_row(tmp_path, "val_nway_r1") == (1, 0.4)
-    (tmp_path / HISTORY_FILE).write_text("epoch,val_nway_r1\n" + "9" * 5000 + ",1\n")
-    assert last_history_row(tmp_path, "val_nway_r1") is None  # an epoch beyond any int: unreadable, no traceback
-    assert last_history_row(tmp_path / "none", None) == (0, None)
+    (tmp_path / run_folder.HISTORY_FILE).write_text("epoch,val_nway_r1\n1,0.4\n2,0.5\n")
+    assert run_folder.last_history_row(tmp_path, "val_nway_r1") == (2, 0.5)
+    (tmp_path / run_folder.HISTORY_FILE).write_text("epoch,val_nway_r1\n1,0.4\n2")  # a row cut short
+    assert run_folder.last_history_row(tmp_path, "val_nway_r1") == (1, 0.4)
+    (tmp_path / run_folder.HISTORY_FILE).write_text("epoch,val_nway_r1\n" + "9" * 5000 + ",1\n")
+    assert run_folder.last_history_row(tmp_path, "val_nway_r1") is None  # an epoch beyond any int: unreadable, no traceback
+    assert run_folder.last_history_row(tmp_path / "none", None) == (0, None)
 
 
 @pytest.mark.parametrize("given", ["", "../../elsewhere/RunPlan/0123456789ab", "0123456789AB", "0123456789a", " 0123456789ab"])
 def test_a_plan_id_is_twelve_hex_digits_and_never_a_path(given, tmp_path):
     with pytest.raises(RunFolderError, match=r"expected a run plan's id, 12 hex digits") as refused:
-        check_plan_id(given)
+        run_folder.check_plan_id(given)
     assert "\n" not in str(refused.value)
     with pytest.raises(RunFolderError):
-        plan_path(tmp_path, given)
-    assert plan_path(tmp_path, "0123456789ab") == tmp_path / "RunPlan" / "0123456789ab" / "run_plan.json"
+        run_folder.plan_path(tmp_path, given)
+    assert run_folder.plan_path(tmp_path, "0123456789ab") == tmp_path / "RunPlan" / "0123456789ab" / "run_plan.json"
 
 
 def test_a_plan_record_is_its_id_s_and_a_summary_is_read_only_from_one(tmp_path):
-    content = {field: [field] for field in PLAN_ID_FIELDS}
+    content = {field: [field] for field in run_folder.PLAN_ID_FIELDS}
     plan_id = stable_hash(content)
-    path = plan_path(tmp_path, plan_id)
+    path = run_folder.plan_path(tmp_path, plan_id)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({**content, "summary": {"profile": "smoke", "dataset": {"name": "embedded"}}}))
-    assert read_plan_record(tmp_path, plan_id)[0]["profile"] == ["profile"]
+    assert run_folder.read_plan_record(tmp_path, plan_id)[0]["profile"] == ["profile"]
     train = output(tmp_path, "Train", "e" * 12, {"params": {"plan": plan_id}})
-    assert plan_summary_of(train) == {"profile": "smoke", "dataset": {"name": "embedded"}}
+    assert run_folder.plan_summary_of(train) == {"profile": "smoke", "dataset": {"name": "embedded"}}
     for text, problem in [
         (json.dumps({**content, "grid": ["edited"]}), "edited: its content is not the plan its name says"),
         ("[" * 100_000 + "]" * 100_000, "beyond what is read: it nests arrays or objects 100000 deep"),
         ("{", "not JSON, or cut off"),
     ]:
         path.write_text(text)
-        data, said = read_plan_record(tmp_path, plan_id)
+        data, said = run_folder.read_plan_record(tmp_path, plan_id)
         assert data is None and said.startswith(problem), said
-        assert plan_summary_of(train) == {}
-    assert read_plan_record(tmp_path, "f" * 12) == (None, "missing")
+        assert run_folder.plan_summary_of(train) == {}
+    assert run_folder.read_plan_record(tmp_path, "f" * 12) == (None, "missing")
