@@ -39,7 +39,12 @@ class BoundedJsonError(ValueError):
 
 
 class NotJsonError(BoundedJsonError):
-    """Text within the bounds that does not parse as JSON (a command-line value may then be a plain string)."""
+    """Text within the bounds that does not parse as JSON (a command-line value may then be a plain string);
+    ``cause`` the parser's first line."""
+
+    def __init__(self, what: str, cause: str) -> None:
+        super().__init__(what, f"is not JSON ({cause})")
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,7 @@ def _parse(text: bytes | str, what: str, limits: JsonLimits, count_digits: bool)
         raise BoundedJsonError(what, detail, "digits") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         first = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
-        raise NotJsonError(what, f"is not JSON ({first})") from None
+        raise NotJsonError(what, first) from None
 
 
 def loads_bounded(data: bytes | str, what: str, limits: JsonLimits = RECORD) -> Any:

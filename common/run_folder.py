@@ -181,7 +181,7 @@ def read_plan_record(run_root: str | Path, plan_id: str) -> tuple[dict[str, Any]
     except OSError as error:
         return None, f"unreadable ({type(error).__name__}: {error})"
     except NotJsonError as error:
-        return None, f"not JSON, or cut off ({error.detail})"
+        return None, f"not JSON, or cut off ({error.cause})"
     except BoundedJsonError as error:
         return None, f"beyond what is read: it {error.detail}"
     if not isinstance(data, dict) or not all(field in data for field in PLAN_ID_FIELDS):
