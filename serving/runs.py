@@ -22,6 +22,7 @@ from common.run_folder import (
 )
 from models.trained import ModelRecordError, read_record
 from serving.bundle import BundleError, BundleParts
+from serving.trained_as_recorded import check_trained_as_recorded
 
 RUN_INDEX_OUTPUT = "run_index"
 
@@ -160,6 +161,7 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
         record = read_record(declared_output(train_dir, "model"), made)
     except ModelRecordError as error:
         raise BundleError(str(error)) from None
+    check_trained_as_recorded(train_dir, meta, record, plan_summary_of(train_dir))
     vocab_file = (train_dir / record.vocabulary["file"]).resolve()
     if not vocab_file.is_file() or file_sha256(vocab_file) != record.vocabulary["sha256"]:
         raise BundleError(
@@ -186,6 +188,7 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
         record=record,
         checkpoint=declared_output(train_dir, "checkpoint"),
         vocab=read_object(vocab_file, "export from the run root the model was trained in"),
+        trained_epoch=meta.get("summary", {}).get("best_epoch"),
         image_cache_size=int(image_size),
         metrics=metrics,
         doc2vec=doc2vec,
