@@ -43,6 +43,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common.bounded_json import read_bounded  # noqa: E402
 from common.tokenizer import TOKENIZER_VERSION  # noqa: E402
 from models.backbones import build_trunk  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
@@ -360,7 +361,7 @@ def main(argv: list[str] | None = None) -> dict:
             run(sizes, queries, out, Path(tmp), args.hnsw or HNSW_GRID, args.pq or PQ_GRID)
         return {}
     if args.render:
-        print(markdown(json.loads(Path(args.render).read_text())), end="")
+        print(markdown(read_bounded(Path(args.render))), end="")
         return {}
     if args.annoy_sweep:
         with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:

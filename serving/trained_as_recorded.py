@@ -13,11 +13,11 @@ consistently is a forgery of the whole run, which no check of the folder can tel
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from common.bounded_json import RECORD, BoundedJsonError, loads_bounded
 from common.settings import SettingValueError
 from models.record import ModelRecord
 from models.record_settings import settings_disagreement, settings_of
@@ -38,8 +38,8 @@ def planned_train(meta: Mapping[str, Any], plan_summary: Mapping[str, Any]) -> d
         return None
     point = params.get("point") or "{}"
     try:
-        point = json.loads(point) if isinstance(point, str) else point
-    except ValueError:
+        point = loads_bounded(point, "_meta.json's params.point", RECORD) if isinstance(point, str) else point
+    except BoundedJsonError:
         return None
     changes = point.get("train", {}) if isinstance(point, Mapping) else {}
     return {**planned, **(changes if isinstance(changes, Mapping) else {})}

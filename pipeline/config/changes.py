@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
+from common.bounded_json import COMMAND_LINE, BoundedJsonError, NotJsonError, loads_bounded
 from common.registry import close_match
 from common.settings import SettingValueError, info_of, typed
 from pipeline.config.checks import RunConfigurationError, check_trunk
@@ -49,12 +50,16 @@ def unknown(what: str, name: str, valid: Iterable[str]) -> RunConfigurationError
     )
 
 
-def read_value(text: str) -> Any:
-    """``text`` as JSON when it is JSON (numbers, true/false/null, lists, objects), else the string itself."""
+def read_value(text: str, where: str = "the value") -> Any:
+    """``text`` as JSON when it is JSON (numbers, true/false/null, lists, objects), else the string itself; JSON
+    beyond the bounds of a command-line value (nested too deep, an integer of too many digits, too long) is one
+    line naming ``where``."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return loads_bounded(text, where, COMMAND_LINE)
+    except NotJsonError:
         return text
+    except BoundedJsonError as error:
+        raise RunConfigurationError(str(error)) from None
 
 
 class FlagChange(str):
@@ -70,6 +75,23 @@ def flag_change(path: str, value: Any, flag: str) -> FlagChange:
     return change
 
 
+def canonical_change(change: str) -> str:
+    """``path=value`` as a plan records it (its id hashes it): the path and the value's text without the
+    whitespace around them, a string value without its own (as :func:`coerce` stores it) and unquoted where the
+    plain text reads back as it, so ``train.trunk= top1``, ``train.trunk=" top1"`` and ``train.trunk=top1`` are one
+    plan. A flag's change keeps its flag."""
+    path, raw = split_change(change)
+    value = read_value(raw, getattr(change, "flag", "") or f"--set {path}")
+    if isinstance(value, str):
+        plain = value.strip()
+        raw = plain if plain and read_value(plain) == plain else json.dumps(plain)
+    text = f"{path}={raw}"
+    if isinstance(change, FlagChange):
+        text = FlagChange(text)
+        text.flag = change.flag
+    return text
+
+
 def split_change(change: str) -> tuple[str, str]:
     """``path=value`` -> (path, raw value); one line naming the expected shape otherwise."""
     path, equals, value = change.partition("=")
@@ -79,11 +101,24 @@ def split_change(change: str) -> tuple[str, str]:
 
 
 def coerce(value: Any, hint: Any, where: str) -> Any:
-    """``value`` as the type ``hint`` says (:func:`common.settings.typed`); one line naming ``where`` otherwise."""
+    """``value`` as the type ``hint`` says (:func:`common.settings.typed`), its strings without the whitespace
+    around them (a name or a path: whitespace there is a typing slip; :func:`canonical_change` records the change
+    so); one line naming ``where`` otherwise."""
     try:
-        return typed(value, hint)
+        return typed(_stripped(value), hint)
     except SettingValueError as error:
         raise RunConfigurationError(f"{where}: {error.refusal}") from None
+
+
+def _stripped(value: Any) -> Any:
+    """``value`` with every string in it stripped (its depth is bounded: a command line's JSON, or a profile's)."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_stripped(item) for item in value)
+    if isinstance(value, Mapping):
+        return {key: _stripped(item) for key, item in value.items()}
+    return value
 
 
 def _replaced(node: Any, name: str, value: Any, where: str) -> Any:
@@ -217,7 +252,8 @@ def apply_changes(settings: RunSettings, changes: Sequence[str] | Mapping[str, A
             path, value, where = change, given, f"profile {profile!r}: {change}"
         else:
             path, raw = split_change(change)
-            value, where = read_value(raw), getattr(change, "flag", "")
+            where = getattr(change, "flag", "") or f"--set {path}"
+            value = read_value(raw, where)
         settings = apply_change(settings, path, value, where, from_profile=bool(profile))
         if path.startswith("split"):
             split_changed.update(value if path == "split" else [path.split(".", 1)[1]])

@@ -33,6 +33,7 @@ from pipeline.config.changes import (
     VARIANT_KEYS,
     apply_change,
     apply_changes,
+    canonical_change,
     read_value,
     split_change,
 )
@@ -215,6 +216,7 @@ def resolve_plan(
     (:func:`check_plan`). A wrong value is one :class:`RunConfigurationError`."""
     if profile not in PROFILES:
         raise RunConfigurationError(PROFILES.unknown_message(profile))
+    changes = tuple(canonical_change(change) for change in changes)
     settings = apply_changes(PROFILES.get(profile).settings(), changes)
     for name in [*grid, *extra]:
         if name not in VARIANTS:
@@ -304,7 +306,7 @@ def check_training(name: str, t: TrainSettings) -> None:
 def with_change(plan: RunPlan, extra: str, flag: str = "--sweep") -> RunPlan:
     """``plan`` resolved again with one more change (a sweep's value); an error in it names ``flag``."""
     path, raw = split_change(extra)
-    apply_change(plan.settings, path, read_value(raw), f"{flag} {path}")  # its own value's one line first
+    apply_change(plan.settings, path, read_value(raw, f"{flag} {path}"), f"{flag} {path}")  # its own value's one line first
     return resolve_plan(plan.profile, (*plan.changes, extra), plan.grid, [n for n in plan.variants if n not in plan.grid])
 
 
