@@ -60,7 +60,7 @@ def test_called_from_code_the_error_is_raised(params, message):
 
 def test_network_tasks_take_a_gpu_only_on_a_gpu_host(monkeypatch, tmp_path):
     from pipeline import Cocos, Evaluate, SearchIndex, Split, Train, TrunkFeatures
-    from pipeline.engine import task
+    from task_engine import task
 
     for gpus, expected in ((0, {}), (2, {"gpu": 1})):
         monkeypatch.setattr(task, "host_gpu_count", lambda gpus=gpus: gpus)

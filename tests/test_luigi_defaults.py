@@ -1,5 +1,5 @@
 """The package's Luigi defaults lie beneath every setting of the user's (pipeline/run/luigi_defaults.py), a
-working folder cannot shadow the packages under ``python -m`` (pipeline/engine/import_path.py), and a central
+working folder cannot shadow the packages under ``python -m`` (pipeline/run/import_path.py), and a central
 scheduler that is not there is one line (pipeline/run/scheduler.py, pipeline/run/failures.py). End to end, from
 an installed wheel: tests/test_installed.py."""
 
@@ -18,10 +18,11 @@ import pytest
 from luigi.configuration import LuigiConfigParser, LuigiTomlParser
 from luigi.rpc import RPCError
 
-from pipeline.engine.import_path import SOURCE_ROOT, child_environment, working_folder_first
 from pipeline.run.failures import OneLineInputErrors
+from pipeline.run.import_path import SOURCE_ROOT, working_folder_first
 from pipeline.run.luigi_defaults import DEFAULTS_FILE, apply_package_defaults, package_defaults
 from pipeline.run.scheduler import unreachable
+from task_engine.spawn import child_environment
 
 USER_FILE = """\
 [core]
@@ -141,7 +142,7 @@ def test_a_child_process_in_a_folder_with_a_pipeline_py_still_runs_the_package_s
     without the working folder on its path (``PYTHONSAFEPATH``) the child imports the package, not that file."""
     (tmp_path / "pipeline.py").write_text("raise RuntimeError('the user s pipeline.py was imported')\n")
     monkeypatch.chdir(tmp_path)
-    command = [sys.executable, "-m", "pipeline.engine.child", "--help"]
+    command = [sys.executable, "-m", "task_engine.child", "--help"]
     result = subprocess.run(command, env=child_environment(os.environ), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "--family" in result.stdout, result.stderr
 

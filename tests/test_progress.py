@@ -73,7 +73,7 @@ def finish(
 
 def test_the_file_names_are_those_the_pipeline_writes():
     from models.training.history import HISTORY_FILE as written_history
-    from pipeline.engine.task import META_FILE as written_meta
+    from task_engine.task import META_FILE as written_meta
 
     assert (META_FILE, HISTORY_FILE) == (written_meta, written_history)
 

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.engine import gpus, spawn
-from pipeline.engine.outputs import DiskFullError, disk_full
+from task_engine import gpus, spawn
+from task_engine.outputs import DiskFullError, disk_full
 from tests.luigi_runs import copied_root
 
 
 def network_families() -> set[str]:
     """The task families that declare they run a network (``HashedTask.runs_network``), read off the code."""
-    from pipeline.engine.code_identity import task_families
+    from task_engine.code_identity import task_families
 
     return {name for name, cls in task_families().items() if cls.runs_network}
 

@@ -77,7 +77,7 @@ def gpu_shortfall(processes_by_variant: Mapping[str, int], host_gpus: int, sched
 def check_gpu_fit(processes_by_variant: Mapping[str, int]) -> None:
     """On a CUDA host, raise :class:`RunConfigurationError` when a variant's ``nproc_per_node`` (given per
     variant) does not fit (see :func:`gpu_shortfall`). On CPU the processes are gloo processes and always fit."""
-    from pipeline.engine.gpus import host_gpu_count, scheduler_gpu_slots
+    from task_engine.gpus import host_gpu_count, scheduler_gpu_slots
 
     gpus = host_gpu_count()
     if not gpus:

@@ -22,7 +22,7 @@ from pathlib import Path
 from common.hashing import stable_hash
 from pipeline.config.checks import RunConfigurationError
 from pipeline.config.plan import RunPlan
-from pipeline.engine.outputs import write_json
+from task_engine.outputs import write_json
 
 logger = logging.getLogger("luigi-interface")
 

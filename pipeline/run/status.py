@@ -17,8 +17,8 @@ from typing import Any
 import luigi
 
 from pipeline.config.plan_file import plan_file_problem, plan_path
-from pipeline.engine.outputs import read_json
-from pipeline.engine.task import META_FILE, HashedTask
+from task_engine.outputs import read_json
+from task_engine.task import META_FILE, HashedTask
 
 DONE, RUN, STALE, KEPT = "done", "run", "stale", "kept"
 

@@ -26,7 +26,7 @@ from pipeline.config.plan_file import hold_plan, read_plan, write_plan
 from pipeline.config.profiles import DEFAULT_PROFILE
 from pipeline.config.run_settings import RunSettings
 from pipeline.config.variant_spec import Variant
-from pipeline.engine.task import HashedTask
+from task_engine.task import HashedTask
 
 logger = logging.getLogger("luigi-interface")
 

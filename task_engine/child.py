@@ -1,9 +1,9 @@
-"""A task's ``produce`` in a process of its own (:mod:`pipeline.engine.spawn` starts it): the task is rebuilt from
+"""A task's ``produce`` in a process of its own (:mod:`task_engine.spawn` starts it): the task is rebuilt from
 its parameters (the run plan's id among them), produces into the work folder its Luigi worker prepared, and
 hands back its summary, or the error it raised, as JSON on the file descriptor ``--answer-fd`` (a pipe the
 worker reads).
 
-    python -m pipeline.engine.child --module <the task's module> --family <its class> \
+    python -m task_engine.child --module <the task's module> --family <its class> \
         --params '<its parameters as JSON>' --work-dir runs/<Family>/<signature>.partial --threads 4 --answer-fd 5
 """
 
@@ -15,8 +15,8 @@ import json
 import os
 from pathlib import Path
 
-from pipeline.engine.outputs import json_default
-from pipeline.engine.spawn import error_record
+from task_engine.outputs import json_default
+from task_engine.spawn import error_record
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ task that runs a network takes.
 Why not ``torch.cuda.is_available()`` in the scheduling process: it initialises the CUDA driver, and a process
 Luigi forks from one that did can never use CUDA again (``Cannot re-initialize CUDA in forked subprocess``).
 ``torch.cuda.device_count()`` asks NVML first and leaves CUDA alone. Tasks that run a network on a GPU host
-run in a process of their own anyway (:mod:`pipeline.engine.spawn`), so nothing depends on this staying
+run in a process of their own anyway (:mod:`task_engine.spawn`), so nothing depends on this staying
 untouched, but the scheduler has no reason to hold a CUDA context either.
 
 Which GPU: Luigi's ``[resources] gpu`` keeps at most that many network tasks running at once, but says

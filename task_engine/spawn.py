@@ -4,10 +4,10 @@ Why: Luigi runs each task of a multi-worker run (``[core] workers = 2``, ``--wor
 from the scheduling process. CUDA cannot be used in a forked child once anything in the parent has touched
 it (torch raises ``Cannot re-initialize CUDA in forked subprocess``), and a forked copy of a process is a
 fragile place to start a GPU context in any case. So on a GPU host a network task's ``produce`` runs in a new
-interpreter (``python -m pipeline.engine.child``), as torchrun starts its processes: the forked worker only
+interpreter (``python -m task_engine.child``), as torchrun starts its processes: the forked worker only
 launches it, waits, and writes the output's metadata from what the child hands back. The child rebuilds the
 task from its parameters (the run plan's id among them: it reads the plan's file), takes a GPU slot
-(:func:`pipeline.engine.gpus.gpu_slot`, through ``CUDA_VISIBLE_DEVICES``) and writes into the same work folder.
+(:func:`task_engine.gpus.gpu_slot`, through ``CUDA_VISIBLE_DEVICES``) and writes into the same work folder.
 
 ``[network_tasks] process`` in luigi.cfg (or ``--network-tasks-process``) chooses: ``auto`` (the default: a
 process of its own on a GPU host when the task runs in a forked worker; in the worker otherwise, which is
@@ -24,15 +24,26 @@ import signal
 import subprocess
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import luigi
 
-from pipeline.engine.gpus import gpu_slot, host_gpu_count, scheduler_gpu_slots, visible_gpus
-from pipeline.engine.import_path import child_environment
+from task_engine.gpus import gpu_slot, host_gpu_count, scheduler_gpu_slots, visible_gpus
 
 MODES = ("auto", "spawn", "inline")
+#: the folder that holds this package: the repository in a clone, site-packages when installed
+PACKAGES_ROOT = Path(__file__).resolve().parents[1]
+
+
+def child_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a ``python -m`` child process of the engine (the child of a network task, torchrun's): with
+    ``PYTHONSAFEPATH=1`` unless it starts in the folder that holds the packages (a clone's), so that a module
+    of the working folder cannot stand in for one of the packages (Python 3.11+)."""
+    if Path.cwd().resolve() == PACKAGES_ROOT:
+        return dict(env)
+    return {**env, "PYTHONSAFEPATH": "1"}
 
 
 class network_tasks(luigi.Config):  # noqa: N801 - Luigi names a config section after its class
@@ -79,7 +90,7 @@ def child_command(task: luigi.Task, work_dir: Path, threads: int, answer_fd: int
     return [
         sys.executable,
         "-m",
-        "pipeline.engine.child",
+        "task_engine.child",
         "--module",
         type(task).__module__,
         "--family",
