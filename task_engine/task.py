@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import luigi
 
+from task_engine.child import gpu_memory_peak, reset_gpu_memory_peak
 from task_engine.code_versions import version_of
 from task_engine.gpus import host_gpu_count
 from task_engine.hashing import stable_hash
@@ -285,7 +286,7 @@ class HashedTask(luigi.Task):
             started = time.time()
             with atomic_directory(self.output_dir(), resume=self.resumable) as work_dir:
                 self._start_with_todays_code(work_dir)
-                summary = self._produce_where_it_may(work_dir)
+                summary, gpu_peak = self._produce_where_it_may(work_dir)
                 dynamic = self._known_dynamic()  # they have run by now
                 inputs = self._inputs_with(dynamic or [])
                 write_json(
@@ -305,6 +306,8 @@ class HashedTask(luigi.Task):
                         "versions": library_versions(),
                         "code": self.produced_code(inputs),
                         **({"device": summary.get("device", "cpu")} if self.runs_network else {}),
+                        # what decides how many such tasks share a GPU (docs/gpu.md, "Slots per GPU")
+                        **({"gpu_memory_peak_bytes": gpu_peak} if gpu_peak is not None else {}),
                         **({"dynamic": _names(dynamic)} if dynamic else {}),
                         # this build, and the build of each output it was made from: one made again later (deleted
                         # and rebuilt) makes this one incomplete
@@ -327,10 +330,12 @@ class HashedTask(luigi.Task):
         """Whether :meth:`produce` runs in a process of its own (:mod:`task_engine.spawn`)."""
         return self.runs_network and runs_in_own_process()
 
-    def _produce_where_it_may(self, work_dir: Path) -> dict[str, Any]:
+    def _produce_where_it_may(self, work_dir: Path) -> tuple[dict[str, Any], int | None]:
+        """:meth:`produce`'s summary, and the peak GPU memory it held (None without a GPU)."""
         if self.runs_in_own_process():
             return produce_in_own_process(self, work_dir, threads_per_worker())
-        return self.produce(work_dir)
+        reset_gpu_memory_peak()
+        return self.produce(work_dir), gpu_memory_peak()
 
     def _start_with_todays_code(self, work_dir: Path) -> None:
         """A resumable task's work folder kept from a killed run of other code is emptied (its checkpoints

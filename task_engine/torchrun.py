@@ -20,7 +20,7 @@ from typing import Any
 
 from task_engine.gpus import gpu_slots, scheduler_gpu_slots, visible_gpus
 from task_engine.outputs import read_json
-from task_engine.spawn import child_environment, die_with_parent
+from task_engine.processes import child_environment, die_with_parent
 
 logger = logging.getLogger("luigi-interface")
 

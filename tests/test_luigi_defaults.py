@@ -22,7 +22,7 @@ from pipeline.run.failures import OneLineInputErrors
 from pipeline.run.import_path import SOURCE_ROOT, working_folder_first
 from pipeline.run.luigi_defaults import DEFAULTS_FILE, apply_package_defaults, package_defaults
 from pipeline.run.scheduler import unreachable
-from task_engine.spawn import child_environment
+from task_engine.processes import child_environment
 
 USER_FILE = """\
 [core]
@@ -138,13 +138,15 @@ def test_child_processes_outside_the_repository_get_no_working_folder(tmp_path, 
 
 
 def test_a_child_process_in_a_folder_with_a_pipeline_py_still_runs_the_package_s(tmp_path, monkeypatch):
-    """What spawn.py and torchrun.py start (``python -m pipeline...``) in a user's folder holding a ``pipeline.py``:
-    without the working folder on its path (``PYTHONSAFEPATH``) the child imports the package, not that file."""
-    (tmp_path / "pipeline.py").write_text("raise RuntimeError('the user s pipeline.py was imported')\n")
+    """What the engine starts (the server of network tasks, ``python -m task_engine.fork_server``; torchrun's
+    ``python -m pipeline...``) in a user's folder holding a ``pipeline.py`` and a ``task_engine.py``: without the
+    working folder on its path (``PYTHONSAFEPATH``) the child imports the packages, not those files."""
+    for name in ("pipeline", "task_engine"):
+        (tmp_path / f"{name}.py").write_text(f"raise RuntimeError('the user s {name}.py was imported')\n")
     monkeypatch.chdir(tmp_path)
-    command = [sys.executable, "-m", "task_engine.child", "--help"]
+    command = [sys.executable, "-m", "task_engine.fork_server", "--help"]
     result = subprocess.run(command, env=child_environment(os.environ), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and "--family" in result.stdout, result.stderr
+    assert result.returncode == 0 and "--preload" in result.stdout, result.stderr
 
 
 def test_python_m_pipeline_in_a_folder_with_a_common_py_uses_the_package_s(tmp_path):

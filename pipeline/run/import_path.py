@@ -11,7 +11,7 @@ repository's own folder, where the working folder is where the packages are. An 
 path just before the working folder. A ``pipeline.py`` (or ``pipeline/``) in the working folder is what
 ``python -m pipeline`` runs before any of this: ``crossmodal-pipeline`` is the same command without the working
 folder on the path (docs/usage.md). The processes the pipeline starts itself (the engine's server of network
-tasks, torchrun's) get :func:`task_engine.spawn.child_environment`: outside the repository, no working folder on
+tasks, torchrun's) get :func:`task_engine.processes.child_environment`: outside the repository, no working folder on
 their path at all (``PYTHONSAFEPATH``, Python 3.11+), so not even a ``pipeline.py`` there can stand in for the
 package.
 
