@@ -165,6 +165,7 @@ TRUNK_TRAINING = {
     "batchnorm": (_known("batchnorm"), True),
     "learning_rate_scale": (lambda v: None if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else f"{v!r} is not a number > 0", True),
     "horizontal_flip": (_boolean, True),
+    "random_resized_crop": (lambda v: None if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 else f"{v!r} is not a share in (0, 1]", False),
     "starting_weights": (lambda v: None, False),  # checked as STARTING_WEIGHTS below
 }
 RECORD = {

@@ -158,6 +158,8 @@ def trunk_training_record(settings: TrainSettings) -> dict[str, Any] | None:
         "batchnorm": settings.trunk_batchnorm,
         "learning_rate_scale": settings.trunk_learning_rate_scale,
         "horizontal_flip": settings.horizontal_flip,
+        # recorded only when on: a record of a run without crops is the one it always was
+        **({"random_resized_crop": settings.random_resized_crop} if settings.random_resized_crop is not None else {}),
     }
 
 

@@ -96,13 +96,14 @@ def test_under_the_toml_parser_the_defaults_keep_toml_types():
     apply_package_defaults(config, argv=[])
     assert config.data["core"]["workers"] == 3
     assert config.data["core"]["local_scheduler"] is True
-    assert config.data["resources"]["gpu"] == 1 and config.data["retcode"]["task_failed"] == 30
+    assert config.data["network_tasks"]["slots_per_gpu"] == 4 and config.data["retcode"]["task_failed"] == 30
     assert config.data["core"]["log_level"] == "WARNING"
 
 
 def test_the_defaults_file_holds_what_the_docs_promise():
     defaults = package_defaults()
-    assert defaults.getint("core", "workers") == 2 and defaults.getint("resources", "gpu") == 1
+    assert defaults.getint("core", "workers") == 2 and defaults.getint("network_tasks", "slots_per_gpu") == 4
+    assert not defaults.has_section("resources"), "[resources] gpu follows the host's GPUs (task_engine.gpus)"
     exit_statuses = {key: defaults.getint("retcode", key) for key in defaults.options("retcode")}
     assert exit_statuses == {
         "unhandled_exception": 4,

@@ -262,3 +262,31 @@ def test_a_child_that_ends_without_an_answer_fails_its_task_in_one_line(tmp_path
     task = EndsWithoutAnAnswer(run_root=str(tmp_path / "runs"))
     with pytest.raises(child.SpawnedTaskError, match=r"EndsWithoutAnAnswer.*ended without an answer \(killed\? out of memory\?\)"):
         spawn.produce_in_own_process(task, tmp_path / "work", 1)
+
+
+@pytest.fixture
+def luigi_config_restored():
+    """Luigi's configuration as it was, after a test that sets keys in it."""
+    config = luigi.configuration.get_config()
+    saved = {section: dict(config.items(section, raw=True)) for section in ("resources", "network_tasks") if config.has_section(section)}
+    yield config
+    for section in ("resources", "network_tasks"):
+        if config.has_section(section):
+            config.remove_section(section)
+        for key, value in saved.get(section, {}).items():
+            config.set(section, key, value)
+
+
+def test_slots_per_gpu_make_the_scheduler_s_gpu_resource_unless_a_file_sets_it(monkeypatch, luigi_config_restored):
+    """Two GPUs, three slots each: Luigi's scheduler gets ``[resources] gpu = 6`` (declared while the run is
+    planned, before it builds its scheduler) and tasks take slots on both GPUs in turn; a ``[resources] gpu`` of
+    the user's is kept as it is."""
+    config = luigi_config_restored
+    monkeypatch.setattr(gpus, "host_gpu_count", lambda: 2)
+    if config.has_option("resources", "gpu"):
+        config.remove_option("resources", "gpu")
+    config.set("network_tasks", "slots_per_gpu", "3")
+    assert gpus.declare_gpu_slots() == 6 and config.getint("resources", "gpu") == 6
+    assert gpus.slot_order(["0", "1"], gpus.scheduler_gpu_slots())[:3] == [("0", 0), ("1", 0), ("0", 1)]
+    config.set("resources", "gpu", "1")
+    assert gpus.declare_gpu_slots() == 1 and config.getint("resources", "gpu") == 1

@@ -75,16 +75,31 @@ def gpu_shortfall(processes_by_variant: Mapping[str, int], host_gpus: int, sched
 
 
 def check_gpu_fit(processes_by_variant: Mapping[str, int]) -> None:
-    """On a CUDA host, raise :class:`RunConfigurationError` when a variant's ``nproc_per_node`` (given per
-    variant) does not fit (see :func:`gpu_shortfall`). On CPU the processes are gloo processes and always fit."""
-    from task_engine.gpus import host_gpu_count, scheduler_gpu_slots
+    """On a CUDA host, hand Luigi's scheduler its GPU slots (``[resources] gpu``: the host's GPUs times
+    ``[network_tasks] slots_per_gpu`` unless a luigi.cfg sets it; this runs while the run is planned, before Luigi
+    builds its scheduler) and raise :class:`RunConfigurationError` when a variant's ``nproc_per_node`` (given
+    per variant) does not fit (see :func:`gpu_shortfall`). On CPU the processes are gloo processes and always fit."""
+    from task_engine.gpus import declare_gpu_slots, host_gpu_count
 
     gpus = host_gpu_count()
     if not gpus:
         return
-    problem = gpu_shortfall(processes_by_variant, gpus, scheduler_gpu_slots())
+    problem = gpu_shortfall(processes_by_variant, gpus, declare_gpu_slots())
     if problem:
         raise RunConfigurationError(problem)
+
+
+def check_profile_fits_host(profile: str) -> None:
+    """:class:`RunConfigurationError` for a profile sized for a GPU (``profiles.NEEDS_A_GPU``) on a host without
+    CUDA (counted as the scheduler counts GPUs: no CUDA context)."""
+    from pipeline.config.profiles import NEEDS_A_GPU
+    from task_engine.gpus import host_gpu_count
+
+    if profile in NEEDS_A_GPU and not host_gpu_count():
+        raise RunConfigurationError(
+            f"profile {profile!r} needs a GPU and this host has none: {NEEDS_A_GPU[profile]}; run it on a GPU host "
+            "(docs/gpu.md), or run demo-finetune here"
+        )
 
 
 def check_backbone(name: str, where: str) -> None:

@@ -11,7 +11,7 @@ import luigi
 
 from data_recipes.manifest import ManifestError
 from pipeline.config.changes import sweep_values
-from pipeline.config.checks import RunConfigurationError, exit_or_raise
+from pipeline.config.checks import RunConfigurationError, check_profile_fits_host, exit_or_raise
 from pipeline.config.plan import RunPlan, with_change
 from pipeline.config.plan_file import hold_plan
 from pipeline.run.scheduler import check_scheduler
@@ -40,6 +40,7 @@ class FullRun(PlanParams, luigi.WrapperTask):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         try:
+            check_profile_fits_host(self.profile)
             self.check_known_data()
             #: each swept value's plan: the run's with that change, resolved and checked now
             self._value_runs = self.sweep_plans() if self.sweep else []
