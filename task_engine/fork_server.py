@@ -187,13 +187,20 @@ def serve(path: Path, watch_pid: int, preload: list[str], ready_fd: int) -> None
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs. A process that ended but was not waited for yet (a zombie) counts as
+    ended: a caller that reads the run's output until it closes (``subprocess.run(capture_output=True)``) waits
+    for it only after this server, which holds that output too, has ended."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): the signal's answer stands
+    return state not in ("Z", "X")
 
 
 def _import(name: str) -> None:

@@ -290,3 +290,26 @@ def test_slots_per_gpu_make_the_scheduler_s_gpu_resource_unless_a_file_sets_it(m
     assert gpus.slot_order(["0", "1"], gpus.scheduler_gpu_slots())[:3] == [("0", 0), ("1", 0), ("0", 1)]
     config.set("resources", "gpu", "1")
     assert gpus.declare_gpu_slots() == 1 and config.getint("resources", "gpu") == 1
+
+
+def test_a_run_whose_output_is_read_to_its_end_ends_with_its_server(tmp_path):
+    """A FullRun started with its output captured (as benchmarks and tests start one): the server its network
+    tasks forked from holds that output too, so it must end once the run's process has ended, though nothing
+    has waited for that process yet (a zombie), or the caller would wait for ever."""
+    import subprocess
+    import sys
+
+    script = (
+        "import luigi, pipeline\n"
+        "from tests.child_processes import ReportsItsProcess\n"
+        f"luigi.build([ReportsItsProcess(name='z', run_root={str(tmp_path / 'runs')!r})], local_scheduler=True, "
+        "workers=2, log_level='WARNING')\n"
+    )
+    config = tmp_path / "luigi.cfg"
+    config.write_text("[network_tasks]\nprocess = spawn\n")
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "LUIGI_CONFIG_PATH": str(config)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (next((tmp_path / "runs" / "ReportsItsProcess").glob("*/process.json"))).exists()
