@@ -58,3 +58,26 @@ class EndsWithoutAnAnswer(HashedTask):
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
         os._exit(3)
+
+
+class WaitsForItsPeers(HashedTask):
+    """Says it started (a file named after it in ``folder``), then waits until ``peers`` tasks have: it finishes
+    only when that many run at once."""
+
+    runs_network = True
+    name = luigi.Parameter()
+    folder = luigi.Parameter()
+    peers = luigi.IntParameter()
+
+    def config(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def produce(self, work_dir: Path) -> dict[str, Any]:
+        folder = Path(self.folder)
+        (folder / self.name).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+        deadline = time.monotonic() + 120
+        while len(list(folder.iterdir())) < self.peers:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name}: {self.peers} tasks never ran at once")
+            time.sleep(0.05)
+        return {"device": "cpu"}

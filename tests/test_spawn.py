@@ -25,7 +25,12 @@ from task_engine import child, fork_server, gpus, spawn
 from task_engine import task as task_module
 from task_engine.outputs import DiskFullError, disk_full
 from tests import cuda_trap
-from tests.child_processes import EndsWithoutAnAnswer, ReportsItsProcess, SleepsAfterSayingItsPid
+from tests.child_processes import (
+    EndsWithoutAnAnswer,
+    ReportsItsProcess,
+    SleepsAfterSayingItsPid,
+    WaitsForItsPeers,
+)
 from tests.luigi_runs import copied_root
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -313,3 +318,21 @@ def test_a_run_whose_output_is_read_to_its_end_ends_with_its_server(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (next((tmp_path / "runs" / "ReportsItsProcess").glob("*/process.json"))).exists()
+
+
+def test_several_network_tasks_share_one_gpu_under_docs_workers(tmp_path, monkeypatch, luigi_config_restored):
+    """docs/gpu.md's one-GPU command with ``--workers 8`` and three slots per GPU: three network tasks run at
+    once, each in a child of the same server, all on GPU 0 (each waits until the three have started, so the
+    run only finishes when they ran together)."""
+    pretend_a_gpu_host(monkeypatch, tmp_path)
+    own_server(monkeypatch, tmp_path)
+    config = luigi_config_restored
+    if config.has_option("resources", "gpu"):
+        config.remove_option("resources", "gpu")
+    config.set("network_tasks", "slots_per_gpu", "3")
+    assert gpus.declare_gpu_slots() == 3  # what planning a FullRun does on a GPU host
+    started = tmp_path / "started"
+    started.mkdir()
+    tasks = [WaitsForItsPeers(name=name, folder=str(started), peers=3, run_root=str(tmp_path / "runs")) for name in "abc"]
+    assert luigi.build(tasks, local_scheduler=True, workers=8, log_level="WARNING")
+    assert {path.read_text() for path in started.iterdir()} == {"0"}
