@@ -89,19 +89,6 @@ def check_gpu_fit(processes_by_variant: Mapping[str, int]) -> None:
         raise RunConfigurationError(problem)
 
 
-def check_profile_fits_host(profile: str) -> None:
-    """:class:`RunConfigurationError` for a profile sized for a GPU (``profiles.NEEDS_A_GPU``) on a host without
-    CUDA (counted as the scheduler counts GPUs: no CUDA context)."""
-    from pipeline.config.profiles import NEEDS_A_GPU
-    from task_engine.gpus import host_gpu_count
-
-    if profile in NEEDS_A_GPU and not host_gpu_count():
-        raise RunConfigurationError(
-            f"profile {profile!r} needs a GPU and this host has none: {NEEDS_A_GPU[profile]}; run it on a GPU host "
-            "(docs/gpu.md), or run demo-finetune here"
-        )
-
-
 def check_backbone(name: str, where: str) -> None:
     """:class:`RunConfigurationError` naming ``where`` (the setting or flag) for an image trunk that does not
     exist (``models.backbones``: a named trunk or ``timm:<arch>``)."""

@@ -206,7 +206,7 @@ DEMO_GPU = Profile(
 PROFILES.add(DEMO_GPU.name, DEMO_GPU)
 
 #: the profiles sized for a GPU, and why a host without one cannot run them: FullRun refuses them there in one
-#: line before any work (pipeline.config.checks.check_profile_fits_host)
+#: line before any work (pipeline.run.full_run.check_profile_fits_host)
 NEEDS_A_GPU = {
     "demo-gpu": "it trains the whole EfficientNet-Lite0 on 224 px pixels, some 740,000 training images: about 6 "
     "minutes on one H200, about 15 hours on two CPU cores (74 images/s at 96 px there)",

@@ -154,7 +154,7 @@ class PlanParams:
         default="", description="the run plan's id (<run_root>/RunPlan/<id>/run_plan.json): given by the task a run starts from"
     )
     profile = luigi.Parameter(
-        default=DEFAULT_PROFILE, description="a profile of pipeline/config/profiles.py: smoke, demo, demo-finetune, paper"
+        default=DEFAULT_PROFILE, description="a profile of pipeline/config/profiles.py: smoke, demo, demo-finetune, demo-gpu, paper"
     )
     set = SettingChangesParameter(
         default=(),
