@@ -45,7 +45,8 @@ from evaluation.protocol import EVAL_SEED, full_ranking, retrieval_layout  # noq
 from evaluation.retrieval import n_way_recall_at_1  # noqa: E402
 from models.inference import embed_pairs  # noqa: E402
 from pipeline.tasks.evaluation import Evaluate  # noqa: E402
-from pipeline.tasks.training import Train, load_pair_data, load_trained_model  # noqa: E402
+from pipeline.tasks.train_inputs import load_pair_data, load_trained_model  # noqa: E402
+from pipeline.tasks.training import Train  # noqa: E402
 
 BASELINES = {"ang_np_sym": "Ang+NP+Sym", "trip_np_sym": "Trip+NP+Sym"}
 

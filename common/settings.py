@@ -116,6 +116,11 @@ class SettingInfo:
     added_after_1_0: bool = False
     #: set by a profile only, not by ``--set`` (e.g. the profile's loss defaults)
     profile_only: bool = False
+    #: when the setting acts, given the whole settings object (None: always); where it does not act it changes
+    #: nothing, so no output's hash holds it (a trunk's learning-rate scale under a frozen trunk)
+    acts: Callable[[Any], bool] | None = None
+    #: ``acts`` as a reader reads it (``the trunk trains``)
+    acts_text: str = ""
 
     def choices_text(self) -> str:
         """The range or choices as a reader reads them (empty: the type says it all)."""
@@ -130,10 +135,15 @@ def setting(
     operational: bool = False,
     added_after_1_0: bool = False,
     profile_only: bool = False,
+    acts: Callable[[Any], bool] | None = None,
+    acts_text: str = "",
 ) -> Any:
     """A settings field: its default (a dict or list default is copied for each object), range or choices,
-    significance and one-line description."""
-    info = SettingInfo(description, limit, operational, added_after_1_0, profile_only)
+    significance and one-line description. ``acts``: when the field acts, given the settings object it is part of
+    (``acts_text`` says it in words); where it does not act, the field is left out of the hash."""
+    if (acts is None) != (not acts_text):
+        raise TypeError("a setting's acts and acts_text are given together")
+    info = SettingInfo(description, limit, operational, added_after_1_0, profile_only, acts, acts_text)
     if isinstance(default, (dict, list)):
         factory = (lambda value: lambda: type(value)(value))(default)
         return dataclasses.field(default_factory=factory, metadata={SETTING: info})
@@ -184,16 +194,29 @@ def check_declared(settings: Any) -> None:
 
 
 def significant(settings: Any) -> dict[str, Any]:
-    """The fields an output depends on (what a task hashes): all but the operational ones, and one added after 1.0
-    only when it differs from its default."""
+    """The fields an output depends on (what a task hashes): all but the operational ones, those that do not act
+    under the other fields' values (a setting that changes nothing changes no hash), and one added after 1.0 only
+    when it differs from its default."""
     values = dataclasses.asdict(settings)
     kept = {}
     for field in dataclasses.fields(settings):
         info = info_of(field)
         if info.operational or (info.added_after_1_0 and values[field.name] == default_of(field)):
             continue
+        if info.acts is not None and not info.acts(settings):
+            continue
         kept[field.name] = values[field.name]
     return kept
+
+
+def significance_text(info: SettingInfo) -> str:
+    """How a setting counts in the hash, as the settings listing says it."""
+    if info.operational:
+        return "operational"
+    conditions = [f"when {info.acts_text}"] if info.acts is not None else []
+    if info.added_after_1_0:
+        conditions.append("when not the default")
+    return " ".join(["significant", " and ".join(conditions)]).strip()
 
 
 def operational_names(cls: type) -> frozenset[str]:

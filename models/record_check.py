@@ -167,7 +167,12 @@ TRUNK_TRAINING = {
     "horizontal_flip": (_boolean, True),
     "random_resized_crop": (lambda v: None if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 else f"{v!r} is not a share in (0, 1]", False),
     "starting_weights": (lambda v: None, False),  # checked as STARTING_WEIGHTS below
+    "views": (lambda v: None, False),  # checked as CACHED_VIEWS below
+    "warm_start": (lambda v: None, False),  # checked as WARM_START below
 }
+_SHARE = (lambda v: None if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 else f"{v!r} is not in (0, 1]", True)
+CACHED_VIEWS = {"count": (_integer(1, 16), True), "crop_scale": _SHARE, "crop_ratio": (lambda v: None if isinstance(v, list) and len(v) == 2 else f"{v!r} is not [low, high]", True), "flip": _SHARE}
+WARM_START = {"parent": (_text, True), "checkpoint_sha256": (_sha256, True), "epoch": (_integer(0, 1 << 20), True)}
 RECORD = {
     "format": (lambda v: None, True),
     "model": (_known("model"), True),
@@ -239,8 +244,9 @@ def check_record_payload(payload: Any, formats: tuple[int, ...]) -> None:
         raise ModelRecordError(f"trunk_training: given for trunk {payload['encoder']['trunk']!r}, which trains none of it")
     if payload.get("trunk_training") is not None:
         _fields(payload["trunk_training"], TRUNK_TRAINING, "trunk_training")
-        if payload["trunk_training"].get("starting_weights") is not None:
-            _fields(payload["trunk_training"]["starting_weights"], STARTING_WEIGHTS, "trunk_training.starting_weights")
+        for part, spec in (("starting_weights", STARTING_WEIGHTS), ("views", CACHED_VIEWS), ("warm_start", WARM_START)):
+            if payload["trunk_training"].get(part) is not None:
+                _fields(payload["trunk_training"][part], spec, f"trunk_training.{part}")
     if payload["vocabulary"]["size"] != payload["encoder"]["vocab_size"]:
         raise ModelRecordError(
             f"vocabulary.size: {payload['vocabulary']['size']} words, but encoder.vocab_size is {payload['encoder']['vocab_size']}"

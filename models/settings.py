@@ -100,6 +100,22 @@ def _registry_choice(registry: Registry) -> Limit:
     return named(registry.names, registry.unknown_message)
 
 
+def _trunk_trains(t: TrainSettings) -> bool:
+    return t.trunk_mode.trains_trunk
+
+
+def _warm_started(t: TrainSettings) -> bool:
+    return t.warm_started
+
+
+def _trains_cached_map(t: TrainSettings) -> bool:
+    return t.trunk_mode.trains_trunk and t.trunk_mode.cached_features
+
+
+def _crops_cached_views(t: TrainSettings) -> bool:
+    return _trains_cached_map(t) and t.trunk_views > 1
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """Optimisation of §3.3: Adam 1e-4, weight decay 1e-5, batch 64, plateau decay x0.1 after 5 epochs."""
@@ -143,16 +159,45 @@ class TrainSettings:
         "its top k stages and head on the cached map under them (top<k>)",
         TRUNK,
     )
+    #: the trained part starts as the ImageNet network computes: its BatchNorm keeps ImageNet's running statistics
+    #: unless asked otherwise, so with a warm start the model's first embeddings are the frozen model's (issue 50)
     trunk_batchnorm: str = setting(
-        "batch",
-        "a trained trunk part's BatchNorm in training: batch statistics (PyTorch's default) or frozen (ImageNet's kept)",
+        "frozen",
+        "a trained trunk part's BatchNorm in training: frozen (ImageNet's statistics kept, the scale and shift train) "
+        "or batch (each batch's statistics, PyTorch's default, the paper's)",
         _registry_choice(BATCHNORM_MODES),
-        added_after_1_0=True,
+        acts=_trunk_trains, acts_text="the trunk trains",
     )
     #: pretrained layers often take a smaller rate than the layers trained from scratch
     trunk_learning_rate_scale: float = setting(
-        1.0, "the trained trunk part's learning rate as a multiple of learning_rate (1: the paper's one rate)",
-        above(0), added_after_1_0=True,
+        1.0, "the trained trunk part's learning rate as a multiple of the run's (1: the paper's one rate)",
+        above(0), acts=_trunk_trains, acts_text="the trunk trains",
+    )
+    #: VSE++'s fine-tuning: the head is trained on the frozen trunk first, then the trunk joins it at a lower rate
+    trunk_warm_start: bool = setting(
+        True,
+        "a trunk that trains starts from the same variant's frozen-trunk run at these settings and seed (its parent: its "
+        "best checkpoint gives the heads and the text tower, and competes as epoch 0); false: all from the first weights",
+        acts=_trunk_trains, acts_text="the trunk trains",
+    )
+    trunk_epochs: int = setting(
+        10, "the epoch cap of the trunk's run after a warm start (its parent trained `epochs` first)", at_least(1),
+        acts=_warm_started, acts_text="the trunk trains from a warm start",
+    )
+    warm_start_learning_rate_scale: float = setting(
+        0.1, "the learning rate after a warm start, as a multiple of learning_rate (VSE++ fine-tunes at a tenth)",
+        above(0), acts=_warm_started, acts_text="the trunk trains from a warm start",
+    )
+    #: a cached map cannot be cropped or flipped at training time: its views are cached instead
+    trunk_views: int = setting(
+        1,
+        "images cached under the trained stages per image: the image itself and views-1 random resized crops, each "
+        "flipped at random; training draws one crop per image per epoch (1: no augmentation)",
+        between(1, 16, low_open=False), acts=_trains_cached_map, acts_text="the top stages train on a cached map",
+    )
+    trunk_crop_scale: float = setting(
+        0.35, "the smallest share of the image's area a cached view's random resized crop keeps", between(0, 1),
+        acts=_crops_cached_views, acts_text="the top stages train on a cached map of views > 1",
     )
     early_stopping_patience: int | None = setting(
         None, "stop when the selection metric has not improved for this many epochs (null: run every epoch)",
@@ -217,6 +262,11 @@ class TrainSettings:
     @property
     def trunk_mode(self) -> TrunkMode:
         return trunk_mode(self.trunk)
+
+    @property
+    def warm_started(self) -> bool:
+        """The trunk trains, starting from the same variant's frozen-trunk run (its parent)."""
+        return self.trunk_mode.trains_trunk and self.trunk_warm_start
 
     @property
     def batchnorm_mode(self) -> BatchNormMode:

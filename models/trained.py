@@ -34,6 +34,7 @@ from torch import nn
 from common.bounded_json import BoundedJsonError, read_bounded_json
 from common.hashing import file_sha256
 from models.backbones import build_trunk
+from models.cached_views import CachedViews
 from models.encoders import EncoderConfig
 from models.record_check import (
     CHECKSUM_FIELD,
@@ -146,13 +147,18 @@ def record_for(
     )
 
 
-def trunk_training_record(settings: TrainSettings) -> dict[str, Any] | None:
+def trunk_training_record(settings: TrainSettings, warm_start: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """What ``trunk_training`` records of a run with ``settings`` before its model is built (None for a frozen
-    trunk); :func:`with_starting_weights` adds where the trained stages' first weights came from."""
+    trunk): the stages that train, BatchNorm, learning-rate scale, augmentation (flips of pixels, or the cached
+    views of a map) and, for a warm start, its parent (``warm_start``: its signature, the SHA-256 of the checkpoint
+    it starts from, that checkpoint's epoch); :func:`with_starting_weights` adds where the trained stages' first
+    weights came from."""
     mode = settings.trunk_mode
     if not mode.trains_trunk:
         return None
-    return {
+    if settings.warm_started != (warm_start is not None):
+        raise ValueError("a warm-started run's record names its parent, and only such a run's")
+    record = {
         "trained_stages": "all" if mode.trained_stages is None else mode.trained_stages,
         "stages": build_trunk(settings.backbone, False).stage_count,
         "batchnorm": settings.trunk_batchnorm,
@@ -161,6 +167,31 @@ def trunk_training_record(settings: TrainSettings) -> dict[str, Any] | None:
         # recorded only when on: a record of a run without crops is the one it always was
         **({"random_resized_crop": settings.random_resized_crop} if settings.random_resized_crop is not None else {}),
     }
+    if mode.cached_features:
+        record["views"] = CachedViews(settings.trunk_views, settings.trunk_crop_scale).record()
+    if warm_start is not None:
+        record["warm_start"] = dict(warm_start)
+    return record
+
+
+def load_warm_start(model: nn.Module, parent_state: dict[str, torch.Tensor], where: str) -> None:
+    """A warm start: the weights of a frozen-trunk model (``parent_state``) into ``model``, which holds the same
+    network plus a trained trunk part. Every parent tensor must exist in ``model`` with its shape, and what the
+    parent lacks must be the trunk part's alone (it keeps its starting weights); one line naming the first tensor
+    that breaks this otherwise."""
+    own = model.state_dict()
+    trunk_prefixes = tuple(
+        f"{name}.trunk." for name, module in model.named_modules() if hasattr(module, "trunk_parameters") and module.trunk is not None
+    )
+    missing = sorted(set(parent_state) - set(own))
+    extra = sorted(name for name in set(own) - set(parent_state) if not name.startswith(trunk_prefixes))
+    if missing or extra:
+        first = f"the parent's {missing[0]} is not in this model" if missing else f"{extra[0]} is not in the parent"
+        raise ModelRecordError(f"warm start from {where}: {first}")
+    for name, tensor in parent_state.items():
+        if tuple(tensor.shape) != tuple(own[name].shape):
+            raise ModelRecordError(f"warm start from {where}: {name} is {list(tensor.shape)} there, {list(own[name].shape)} here")
+    model.load_state_dict(parent_state, strict=False)
 
 
 def with_starting_weights(record: ModelRecord, model: nn.Module) -> ModelRecord:

@@ -1,7 +1,7 @@
-"""The recorded code version of each task family (``pipeline/engine/code_versions.json``), read by every task to
-tell an output made by today's code from one made by older code, and what the fingerprints cover (the
-:class:`CodeBase` the project declares). What the versions mean and how they are updated:
-:mod:`task_engine.code_identity`.
+"""The recorded code version of each task family (a JSON file the project keeps: :attr:`CodeBase.versions_file`),
+read by every task to tell an output made by today's code from one made by older code, and what the
+fingerprints cover (the :class:`CodeBase` the project declares). What the versions mean and how they are
+updated: :mod:`task_engine.code_identity`.
 """
 
 from __future__ import annotations

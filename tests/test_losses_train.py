@@ -18,7 +18,7 @@ from models.training import PairData, Trainer, pick_device
 from pipeline import NeighborTables, PrepareDataset, Split, TrainWordVectors
 from pipeline.config.profiles import PROFILES
 from pipeline.steps.text import encode_texts, tokenize
-from pipeline.tasks.training import load_pair_data
+from pipeline.tasks.train_inputs import load_pair_data
 from tests.fixtures.recipes.make_fixtures import make_fixture
 
 SMOKE = PROFILES.get("smoke").settings()

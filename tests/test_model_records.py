@@ -19,7 +19,7 @@ import torch
 from models.inference import embed_pairs
 from models.record_check import ModelRecordError, check_record_payload, record_checksum
 from models.trained import READABLE_FORMATS, load_trained, read_record
-from pipeline.tasks.training import load_pair_data
+from pipeline.tasks.train_inputs import load_pair_data
 from task_engine.task import threads_per_worker
 from tests.cli_runs import crossmodal
 

@@ -29,7 +29,7 @@ from PIL import Image
 
 from models.training import Trainer
 from pipeline import Evaluate, Train
-from pipeline.tasks.training import load_pair_data, load_trained_model
+from pipeline.tasks.train_inputs import load_pair_data, load_trained_model
 from serving.bundle import BundleError, load_bundle
 from serving.embed import Embedder
 from serving.gallery import read_gallery, table_manifest

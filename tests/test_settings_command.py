@@ -55,7 +55,7 @@ def test_every_path_is_listed_once_with_its_value_range_kind_and_description():
     assert by_path["train.epochs"]["value"] == 20 and by_path["train.epochs"]["accepts"] == ">= 1"
     assert by_path["dedup.threshold"]["accepts"] == "in (0, 1]"
     assert by_path["train.num_workers"]["kind"] == "operational" and by_path["train.amp"]["kind"] == "significant"
-    assert by_path["train.trunk_batchnorm"]["kind"] == "significant when not the default"
+    assert by_path["train.trunk_batchnorm"]["kind"] == "significant when the trunk trains"
     assert "top<k>" in by_path["train.trunk"]["accepts"] and "val_nway_r1" in by_path["train.selection"]["accepts"]
     assert not by_path["seeds_by_variant"]["settable"] and by_path["seeds"]["settable"]
     assert by_path["data.options.<name>"]["settable"]

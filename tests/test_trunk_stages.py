@@ -4,6 +4,7 @@ exports to a bundle that embeds from pixels exactly as its Evaluate did; the set
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.hashing import file_sha256
 from common.settings import significant
 from models.backbones import build_trunk
 from models.encoders import (
@@ -88,11 +90,19 @@ def test_the_trunk_learning_rate_scale_puts_the_trunk_in_a_group_of_its_own():
     assert parameter_groups(tower, replace(settings, trunk_learning_rate_scale=1.0)) == list(tower.parameters())
 
 
-def test_settings_added_after_1_0_move_no_output_at_their_defaults():
+def test_trunk_settings_act_only_when_the_trunk_trains():
+    """Under a frozen trunk the trunk's own settings change nothing, so no hash holds them at any value; when it
+    trains, every value of them is hashed (issue 53: a setting with no effect changes no hash)."""
     frozen = TrainSettings(trunk="frozen", horizontal_flip=False)
-    assert "trunk_batchnorm" not in significant(frozen)
-    assert "trunk_learning_rate_scale" not in significant(frozen)
-    assert significant(replace(frozen, trunk_learning_rate_scale=0.1))["trunk_learning_rate_scale"] == 0.1
+    trunk_only = ("trunk_batchnorm", "trunk_learning_rate_scale", "trunk_warm_start", "trunk_epochs",
+                  "warm_start_learning_rate_scale", "trunk_views", "trunk_crop_scale")
+    changed = replace(frozen, trunk_learning_rate_scale=0.1, trunk_batchnorm="batch", trunk_views=4, trunk_epochs=3)
+    assert significant(changed) == significant(frozen) and not set(trunk_only) & set(significant(frozen))
+    top = replace(frozen, trunk="top1")
+    assert {"trunk_batchnorm", "trunk_learning_rate_scale", "trunk_warm_start", "trunk_epochs", "trunk_views"} <= set(significant(top))
+    assert "trunk_crop_scale" not in significant(top), "one view: no crops, so their scale does not act"
+    assert significant(replace(top, trunk_views=3))["trunk_crop_scale"] == 0.35
+    assert "trunk_epochs" not in significant(replace(top, trunk_warm_start=False))
     assert trunk_mode("top3").trained_stages == 3 and trunk_mode("finetune").trained_stages is None
     for bad in ("top0", "top", "top-1", "top02", "topx"):
         with pytest.raises(ValueError, match="top<k>"):
@@ -125,21 +135,37 @@ def test_the_finetune_profile_changes_only_the_trunk_and_the_grid():
 
 @pytest.mark.slow
 def test_a_top_stages_model_trains_exports_and_reloads_to_the_same_embeddings(tmp_path):
-    """Through the pipeline: a smoke Evaluate of a top-1 model, its Train folder exported as a bundle that embeds
-    the test split from pixels (stages under the trained one from the bundle's trunk) into Evaluate's vectors."""
+    """Through the pipeline: a smoke Evaluate of a top-1 model warm-started from its frozen parent, with cached views,
+    its Train folder exported as a bundle that embeds the test split from pixels (stages under the trained one from
+    the bundle's trunk) into Evaluate's vectors."""
     root = tmp_path / "runs"
-    task = Evaluate(profile="smoke", set=("train.trunk=top1", "train.trunk_learning_rate_scale=0.5"), variant="ang_np_sym", seed=0, run_root=str(root))
+    changes = ("train.trunk=top1", "train.trunk_learning_rate_scale=0.5", "train.trunk_views=3")
+    task = Evaluate(profile="smoke", set=changes, variant="ang_np_sym", seed=0, run_root=str(root))
     assert luigi.build([task], local_scheduler=True, workers=1, log_level="WARNING")
     train, features = task.requires()["train"], task.requires()["features"]
     record = json.loads(train.output_path("model").read_text())
     assert record["encoder"]["trunk"] == "top1" and record["frozen_trunk"]["weights_loaded"] is True
     training = record["trunk_training"]
-    assert training["trained_stages"] == 1 and training["stages"] == 7 and training["batchnorm"] == "batch"
+    assert training["trained_stages"] == 1 and training["stages"] == 7 and training["batchnorm"] == "frozen"
     assert training["learning_rate_scale"] == 0.5 and training["horizontal_flip"] is False
     assert training["starting_weights"]["imagenet"] is True
     assert training["starting_weights"]["sha256"] == record["frozen_trunk"]["weights"]["sha256"]
+    assert training["views"] == {"count": 3, "crop_scale": 0.35, "crop_ratio": [0.75, 4 / 3], "flip": 0.5}
     assert features.meta()["config"]["trained_stages"] == 1 and features.features().dtype == np.float32
+    assert features.features().shape[1] == 3, "a map per cached view"
     assert train.meta()["summary"]["trunk"] == "top1"
+
+    # the warm start: the parent is the same run with the frozen trunk, named by the record and the hash, and its
+    # best model is what the run validates as epoch 0
+    parent = train.requires()["parent"]
+    assert parent.train_settings().trunk == "frozen" and parent.signature() in {task.signature() for task in train.upstream()}
+    assert training["warm_start"] == {
+        "parent": parent.signature(),
+        "checkpoint_sha256": file_sha256(parent.output_path("checkpoint")),
+        "epoch": parent.meta()["summary"]["best_epoch"],
+    }
+    first = next(csv.DictReader(train.output_path("history").open()))
+    assert int(first["epoch"]) == 0 and float(first["val_nway_r1"]) == pytest.approx(parent.meta()["summary"]["best_score"], abs=1e-6)
 
     bundle_dir = tmp_path / "bundle"
     export_bundle(bundle_parts(train.output_dir(), task.output_dir()), bundle_dir)
@@ -160,3 +186,20 @@ def test_a_top_stages_model_trains_exports_and_reloads_to_the_same_embeddings(tm
         cached = frozen_trunk_features(bundle.trunk, resize_batch(pixels, 32), mean, std, False, 1)
         by_hand = bundle.model.encode_image(cached)
     np.testing.assert_allclose(by_hand.numpy(), task.load("test_image")[:4], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "no_op",
+    ["train.trunk_learning_rate_scale=0.5", "train.trunk_batchnorm=batch", "train.trunk_views=4", "train.trunk_epochs=3",
+     "train.trunk_warm_start=false", "train.warm_start_learning_rate_scale=0.5"],
+)
+def test_a_trunk_setting_under_the_frozen_trunk_reruns_nothing(no_op, tmp_path):
+    """A setting that does not act under the chosen mode changes no hash: with the frozen trunk (smoke's), the
+    plan's every task keeps its output path, so nothing reruns (issue 53)."""
+    from pipeline import FullRun
+    from pipeline.run.status import walk
+
+    before = FullRun(profile="smoke", run_root=str(tmp_path))
+    after = FullRun(profile="smoke", run_root=str(tmp_path), set=(no_op,))
+    paths = [sorted(str(task.output_dir().relative_to(tmp_path)) for task in walk(run)) for run in (before, after)]
+    assert paths[0] == paths[1] and sum(path.startswith("Train/") for path in paths[0]) > 5

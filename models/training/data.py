@@ -4,7 +4,7 @@ into host batches, and the plan of one training step — the rows this process t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -25,9 +25,22 @@ class PairData:
     tokens: np.ndarray  # int64 [N, L]
     lengths: np.ndarray  # int64 [N]
     group_ids: np.ndarray  # int64 [N]; pairs sharing an image/caption set share an id
-    #: cached trunk features per image-cache row ([R, C] or [R, C, h, w]) for a frozen trunk; when given,
-    #: image batches are these features instead of pixels
+    #: cached trunk features per image-cache row ([R, C] or [R, C, h, w]) for a frozen trunk, or a map per cached
+    #: view ([R, V, C, h, w], :mod:`models.cached_views`); when given, image batches are these instead of pixels
     image_features: np.ndarray | None = None
+    #: the view each image-cache row is read at ([R]; None: view 0, the image itself): a training epoch's draw
+    image_views: np.ndarray | None = None
+
+    @property
+    def cached_view_count(self) -> int:
+        """How many views of each image the cached features hold (1: the image itself only)."""
+        return int(self.image_features.shape[1]) if self.image_features is not None and self.image_features.ndim == 5 else 1
+
+    def with_views(self, views: np.ndarray | None) -> PairData:
+        """The same pairs with each image read at ``views[cache row]`` (None: the image itself)."""
+        if views is not None and self.cached_view_count == 1:
+            raise ValueError("a view draw needs cached features with a view per image ([R, V, C, h, w])")
+        return replace(self, image_views=views)
 
     @classmethod
     def of_pixels(cls, pixels: np.ndarray) -> PairData:
@@ -44,6 +57,9 @@ class PairData:
 
     def image_batch(self, positions: np.ndarray, size: int) -> Tensor:
         rows = self.image_rows[positions]
+        if self.image_features is not None and self.cached_view_count > 1:
+            views = 0 if self.image_views is None else self.image_views[rows]
+            return torch.from_numpy(np.asarray(self.image_features[rows, views], dtype=np.float32))
         if self.image_features is not None:
             return torch.from_numpy(np.asarray(self.image_features[rows], dtype=np.float32))
         return resize_batch(torch.from_numpy(np.ascontiguousarray(self.images[rows])), size)

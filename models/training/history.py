@@ -48,7 +48,13 @@ class TrainResult:
 
     def plateaued(self, last_epoch: int, patience: int | None) -> bool:
         """Early stopping: the selection metric has not improved for ``patience`` epochs (None: never)."""
-        return patience is not None and self.best_epoch > 0 and last_epoch - self.best_epoch >= patience
+        # best epoch 0: the starting weights of a warm-started run, which compete as epoch 0
+        return patience is not None and self.best_epoch >= 0 and last_epoch - self.best_epoch >= patience
+
+    @property
+    def trained_rows(self) -> list[dict]:
+        """The rows of the epochs that trained (not a warm start's epoch 0, which only validated)."""
+        return [row for row in self.history if row["epoch"] > 0]
 
 
 def write_history(work_dir: Path, history: list[dict]) -> None:

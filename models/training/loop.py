@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from models.cached_views import CachedViews
 from models.distributed import SINGLE_PROCESS, Distributed
 from models.loader import DeviceBatch, HostBatch
 from models.losses import Loss
@@ -26,6 +27,15 @@ from models.training.setup import build_setup
 from models.training.static_step import static_step_for
 from models.training.step import LogReading, StepLog, StepLosses, train_step
 from models.training.validation import ValidationPass, ValidationScore, validation_order, validation_pass
+
+
+def cached_views_of(settings: TrainSettings, data: PairData) -> CachedViews | None:
+    """The views a run's training epochs draw from (None: no augmented views), checked against the cache."""
+    count = data.cached_view_count
+    wanted = settings.trunk_views if settings.trunk_mode.trains_trunk and settings.trunk_mode.cached_features else 1
+    if count != wanted:
+        raise ValueError(f"train.trunk_views={wanted}, but the cached trunk features hold {count} view(s) per image")
+    return CachedViews(count, settings.trunk_crop_scale) if count > 1 else None
 
 
 class Trainer:
@@ -48,9 +58,13 @@ class Trainer:
         distributed: Distributed = SINGLE_PROCESS,
         validation_score: ValidationScore | None = None,
         static_step: bool = False,
+        starting_weights_compete: bool = False,
     ) -> None:
         """``static_step`` (tests only): run the fixed-shape step of ``static_step.py`` even where it is not
-        captured (the CPU), to compare it with the plain step; on CUDA ``settings.cuda_graphs`` chooses."""
+        captured (the CPU), to compare it with the plain step; on CUDA ``settings.cuda_graphs`` chooses.
+        ``starting_weights_compete``: the model as given is validated before the first epoch and competes for the
+        best checkpoint as epoch 0 (a warm start: its parent's model), so a run that learns nothing on validation
+        keeps what it started from."""
         if settings.selection_metric.ranks_pairs and validation_score is None:
             raise ValueError(
                 f"selection {settings.selection!r} needs validation_score, the function that scores the "
@@ -68,6 +82,10 @@ class Trainer:
         self.progress = progress
         self.distributed = distributed
         self.val_positions = validation_order(val_positions, data.group_ids)
+        self.starting_weights_compete = starting_weights_compete
+        #: the cached views of each image and the pairs a training epoch reads (a view drawn per image)
+        self.views = cached_views_of(settings, data)
+        self.epoch_data = data
         #: the fixed-shape (CUDA-graph) step, or None: the plain step
         self.static_step = static_step_for(self.setup, settings, distributed, force=static_step)
         #: whether this run's losses have checked their inputs' values yet (on the first step only)
@@ -111,7 +129,7 @@ class Trainer:
         """What a loader worker prepares for a training step: this rank's rows on the host."""
         # the static step takes every text at the table's full width, so every batch has one shape
         width = self.data.tokens.shape[1] if self.static_step is not None else plan.text_width
-        return self.data.host_batch(plan.local.rows, self.settings.image_size, width)
+        return self.epoch_data.host_batch(plan.local.rows, self.settings.image_size, width)
 
     def train_step(self, plan: StepPlan, loaded: DeviceBatch) -> StepLosses:
         if self.static_step is not None and self.static_step.accepts(plan, loaded):
@@ -155,6 +173,8 @@ class Trainer:
         put back to their state at the start of the epoch, the last checkpointed one, and the error names
         the epoch and the first bad batch. Nothing is written during an epoch, so no file ever holds it."""
         start_state = copy.deepcopy((self.model.state_dict(), self.optimizer.state_dict()))
+        draw = self.views.epoch_draw(self.seed, epoch, len(self.data.image_features)) if self.views is not None else None
+        self.epoch_data = self.data.with_views(draw)
         log, rows_seen = StepLog(), 0
         per_epoch = self.sampler.batches_per_epoch
         bar = tqdm(
@@ -190,6 +210,14 @@ class Trainer:
         start_epoch = self.checkpoints.resume(result)
         main = self.distributed.is_main  # rank 0 alone writes files
         board = TensorBoardLog(self.work_dir) if main else None
+        if start_epoch == 0 and self.starting_weights_compete:
+            # not checkpointed: a run killed before its first epoch ends validates its starting weights again
+            _, scores = self.validate()
+            row = {"epoch": 0, **scores, "lr": float(self.optimizer.param_groups[0]["lr"]), "train_seconds": 0.0}
+            if result.record(row) and main:
+                self.checkpoints.save_best(0)
+            if main:
+                write_history(self.work_dir, result.history)
         for epoch in range(start_epoch + 1, self.settings.epochs + 1):
             if result.plateaued(epoch - 1, self.settings.early_stopping_patience):
                 result.stopped_early_at = epoch - 1

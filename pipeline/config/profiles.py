@@ -52,7 +52,9 @@ SELECT_BY_N_WAY = {"selection": "val_nway_r1"}
 PAPER = Profile(
     "paper",
     {
-        "train": SELECT_BY_RSUM,
+        # the paper trains everything from the first step, its ResNet-50's BatchNorm on batch statistics (PyTorch's
+        # train mode): no warm start from a frozen-trunk run, as the CPU profiles have
+        "train": {**SELECT_BY_RSUM, "trunk_warm_start": False, "trunk_batchnorm": "batch"},
         # Annoy's default search_k (n_trees * k = 10,000) finds too few true neighbors at the paper's sizes: on
         # the 53,894 train texts of a 100k-pair run, recall@200 against exact 0.820 and 0.952 for the first 10
         # (the pool i' is drawn from); 4x the default gives 0.978 / 0.998 at 2.4x the query time (1.8 -> 4.2 min

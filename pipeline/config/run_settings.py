@@ -20,7 +20,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
-from common.settings import Limit, at_least, between, check_declared, info_of, named, section, setting
+from common.settings import (
+    Limit,
+    at_least,
+    between,
+    check_declared,
+    info_of,
+    named,
+    section,
+    setting,
+    significance_text,
+)
 from data_recipes import RECIPE_BUILDERS
 from models.settings import TrainSettings
 from pipeline.steps.dedup_settings import DedupSettings
@@ -186,7 +196,7 @@ def _rows(node: Any, prefix: str) -> Iterator[SettingRow]:
             accepts = "checked when the variant is built (its losses' parameters, train.*, model options)"
             yield SettingRow(path, value, accepts, "significant", info.description)
             continue
-        kind = "operational" if info.operational else "significant" + (" when not the default" if info.added_after_1_0 else "")
+        kind = significance_text(info)
         accepts = info.choices_text() or type_name(hints[field.name])
         shown = f"{path}.{OPEN_KEYS[path]}" if path in OPEN_KEYS and not info.profile_only else path
         yield SettingRow(shown, value, accepts, kind, info.description, not info.profile_only)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from models.backbones import Trunk, seeded_trunk
+from models.cached_views import CachedViews
 from models.devices import inference_batch_size
 from models.encoders import frozen_trunk_features, resize_batch
 from models.loader import LoaderSettings, prefetched
@@ -25,12 +26,14 @@ def trunk_feature_batches(
     batch_size: int | None = None,
     device: str | torch.device = "cpu",
     trained_stages: int = 0,
+    views: CachedViews | None = None,
 ) -> tuple[Iterator[np.ndarray], Trunk]:
     """Trunk features of every row of the image cache ``images`` (uint8 ``[R, S, S, 3]``), resized to
     ``image_size``, as batches of ``batch_size`` rows in row order: pooled ``float32 [B, C]``, or with
     ``spatial`` the map ``float16 [B, C, h, w]`` (PVSE attends over its cells; half precision halves the
     cache, and the trained layers work in float32); with ``trained_stages`` k >= 1 the float32 map under the
-    trunk's top k stages. Also returns the trunk (``pretrained_loaded``: whether ImageNet weights were loaded,
+    trunk's top k stages, and with augmented ``views`` (:mod:`models.cached_views`) that map for every view of
+    each image, ``[B, V, C, h, w]`` (view 0 the image itself, seeded by ``seed``). Also returns the trunk (``pretrained_loaded``: whether ImageNet weights were loaded,
     otherwise the seeded random init, with a warning; ``weights_source``: their file). ``batch_size`` None: 128 on the CPU (the size every
     CPU cache was computed with), larger on a GPU (:func:`models.devices.inference_batch_size`).
     """
@@ -43,8 +46,15 @@ def trunk_feature_batches(
     # on CUDA, threads slice and resize the next batches into pinned memory while the GPU runs this one
     loading = LoaderSettings.for_device(torch.device(device), None, 4, True)
 
+    augmented = views is not None and views.augmented
+    if augmented and not trained_stages:
+        raise ValueError("augmented views are cached under trained top stages only (trained_stages >= 1)")
+    if augmented:
+        batch_size = max(1, batch_size // views.count)  # each image goes through the trunk once per view
+
     def host_batch(rows: np.ndarray) -> torch.Tensor:
-        batch = resize_batch(torch.from_numpy(np.ascontiguousarray(images[rows])), image_size)
+        cached = torch.from_numpy(np.ascontiguousarray(images[rows]))
+        batch = views.views_of(cached, rows, image_size, seed).flatten(0, 1) if augmented else resize_batch(cached, image_size)
         return batch.pin_memory() if loading.pin_memory else batch
 
     @torch.no_grad()
@@ -53,6 +63,7 @@ def trunk_feature_batches(
         row_chunks = (np.arange(start, min(start + batch_size, len(images))) for start in starts)
         for _, batch in prefetched(row_chunks, host_batch, loading.num_workers, loading.prefetch_batches):
             pixels = batch.to(device, non_blocking=loading.pin_memory)
-            yield frozen_trunk_features(trunk, pixels, mean, std, spatial, trained_stages).cpu().numpy()
+            features = frozen_trunk_features(trunk, pixels, mean, std, spatial, trained_stages).cpu().numpy()
+            yield features.reshape(-1, views.count, *features.shape[1:]) if augmented else features
 
     return batches(), trunk

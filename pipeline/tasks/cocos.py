@@ -19,12 +19,8 @@ from models.losses.checks import COCOS_EPS
 from models.training import PairData, batch_loss_inputs
 from pipeline.config.variant_spec import LossSpec
 from pipeline.tasks.base import PipelineTask
-from pipeline.tasks.training import (
-    Train,
-    VariantParams,
-    load_pair_data,
-    load_trained_model,
-)
+from pipeline.tasks.train_inputs import load_pair_data, load_trained_model
+from pipeline.tasks.training import Train, VariantParams
 from task_engine.outputs import write_json
 from task_engine.task import HashedTask
 

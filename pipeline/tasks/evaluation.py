@@ -21,14 +21,8 @@ from models.inference import embed_pairs
 from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.data import check_split_fits
 from pipeline.tasks.representations import TrainDoc2Vec
-from pipeline.tasks.training import (
-    Train,
-    VariantParams,
-    load_pair_data,
-    load_trained_model,
-    pair_inputs,
-    trunk_inputs,
-)
+from pipeline.tasks.train_inputs import load_pair_data, load_trained_model, pair_inputs, trunk_inputs
+from pipeline.tasks.training import Train, VariantParams
 from task_engine.gpus import task_device
 from task_engine.outputs import save_array, write_json
 from task_engine.task import HashedTask

@@ -253,6 +253,7 @@ class Report(PipelineTask):
         runs = [load_run(e, train) for e, train in zip(req["evaluations"], req["trains"], strict=True)]
         tuned = [load_run(e, e.clone(Train)) for task in req["tuned"] for e in task.evaluations()]
         runner_up = [load_run(e, e.clone(Train)) for task in req["tuned"] for e in task.runner_up_evaluations()]
+        frozen_start = [load_run(e, e.clone(Train)) for task in req["tuned"] for e in task.frozen_start_evaluations()]
         selections = {task.variant: task.requires()["tune"].load("selection") for task in req["tuned"]}
         cocos = [{"label": task.variant_spec().label, **task.load("cocos")} for task in req["cocos"]]
         # the tuning schedule's Trains and the tuned runs' Train and Evaluate are dynamic dependencies (known once
@@ -260,7 +261,7 @@ class Report(PipelineTask):
         dynamic = [
             task
             for tuned_runs in req["tuned"]
-            for e in [*tuned_runs.evaluations(), *tuned_runs.runner_up_evaluations()]
+            for e in [*tuned_runs.evaluations(), *tuned_runs.runner_up_evaluations(), *tuned_runs.frozen_start_evaluations()]
             for task in all_upstream(e)
         ]
         for tuned_runs in req["tuned"]:
@@ -299,6 +300,7 @@ class Report(PipelineTask):
             tuned_runs=tuned,
             selections=selections,
             runner_up_runs=runner_up,
+            frozen_start_runs=frozen_start,
         )
         document, payload = build_report(inputs, work_dir)
         kept = [
@@ -324,13 +326,14 @@ class Report(PipelineTask):
 
 def report_identity(summary: dict[str, Any]) -> dict[str, Any]:
     """What of a run plan a Report hashes: every resolved setting and variant (labels included), not how the
-    changes were spelled, not the dataset's identity twice (it is under ``dataset``) nor the speed-only training
-    settings."""
-    from models.settings import OPERATIONAL_FIELDS
+    changes were spelled, not the dataset's identity twice (it is under ``dataset``) nor the training settings a
+    Train does not hash (the speed-only ones, those that do not act, one added after 1.0 at its default)."""
+    from common.settings import significant
+    from models.settings import TrainSettings
 
     settings = {key: value for key, value in summary["settings"].items() if key != "variants"}
     settings["data"] = {k: v for k, v in settings["data"].items() if k not in ("recipe", "raw_dir", "shards", "seed")}
-    settings["train"] = {k: v for k, v in settings["train"].items() if k not in OPERATIONAL_FIELDS}
+    settings["train"] = significant(TrainSettings(**settings["train"]))
     return {**{key: value for key, value in summary.items() if key not in ("changes", "settings")}, "settings": settings}
 
 

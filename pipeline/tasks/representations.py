@@ -10,6 +10,7 @@ from typing import Any
 import luigi
 import numpy as np
 
+from models.cached_views import CachedViews
 from models.settings import TrainSettings
 from pipeline.config.checks import RunConfigurationError, check_backbone, check_trunk_stages
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec
@@ -110,6 +111,10 @@ class TrunkFeatures(PipelineTask):
     image_size = IdentityIntParameter(description="side in pixels the cached images are resized to")
     spatial = luigi.BoolParameter(default=False, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
     trained_stages = IdentityIntParameter(default=0, description="cache the map under the trunk's top k stages (0: all)")
+    views = IdentityIntParameter(default=1, description="views cached per image under trained stages (1: the image itself)")
+    crop_scale = luigi.FloatParameter(
+        default=TrainSettings.trunk_crop_scale, description="the smallest area share of a cached view's crop"
+    )
     outputs = {"features": "features.npy"}
     runs_network = True
 
@@ -119,9 +124,20 @@ class TrunkFeatures(PipelineTask):
             raise RunConfigurationError(f"--image-size {self.image_size}: must be >= 8")
         if self.trained_stages:
             check_trunk_stages(self.backbone, self.trained_stages, "--trained-stages")
+        if self.views > 1 and not self.trained_stages:
+            raise RunConfigurationError(f"--views {self.views}: augmented views are cached under trained stages only")
+        try:
+            self.cached_views()
+        except ValueError as error:
+            raise RunConfigurationError(f"--views / --crop-scale: {error}") from None
+
+    def cached_views(self) -> CachedViews:
+        """The views of each image this cache holds (:mod:`models.cached_views`)."""
+        return CachedViews(self.views, self.crop_scale)
 
     def features(self) -> np.ndarray:
-        """One row per image-cache row, memory-mapped: pooled ``[R, C]`` or a map ``[R, C, h, w]``."""
+        """One row per image-cache row, memory-mapped: pooled ``[R, C]``, a map ``[R, C, h, w]``, or with augmented
+        views a map per view ``[R, V, C, h, w]`` (view 0 the image itself)."""
         return self.load("features", mmap_mode="r")
 
     def requires(self) -> PrepareDataset:
@@ -136,6 +152,8 @@ class TrunkFeatures(PipelineTask):
             "seed": self.run_plan.data_seed,
             # only when set: the whole trunk's caches keep the paths they had before trunks could train
             **({"trained_stages": self.trained_stages} if self.trained_stages else {}),
+            # only with augmented views: a cache of the image alone keeps the path it had before views existed
+            **({"views": self.cached_views().record()} if self.views > 1 else {}),
         }
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
@@ -143,7 +161,7 @@ class TrunkFeatures(PipelineTask):
         device = task_device()
         batches, trunk = trunk_feature_batches(
             images, self.backbone, self.pretrained, self.image_size, self.spatial, self.run_plan.data_seed,
-            device=str(device), trained_stages=self.trained_stages,
+            device=str(device), trained_stages=self.trained_stages, views=self.cached_views(),
         )
         # batch by batch to disk: at 1M images the pooled features alone are 5 GB
         shape, dtype = save_array_blocks(self.work_path(work_dir, "features"), len(images), batches)
@@ -153,6 +171,7 @@ class TrunkFeatures(PipelineTask):
             "imagenet_weights_loaded": trunk.pretrained_loaded,
             "weights_source": trunk.weights_source,
             "device": str(device),
+            **({"views": self.cached_views().record()} if self.views > 1 else {}),
         }
 
 
@@ -160,7 +179,8 @@ def trunk_features_task(
     task: HashedTask, settings: TrainSettings, spatial: bool, trained_stages: int = 0
 ) -> TrunkFeatures:
     """The TrunkFeatures task of ``settings``' backbone and resolution, with ``task``'s dataset parameters
-    (``trained_stages``: the map under that many top stages)."""
+    (``trained_stages``: the map under that many top stages, for each of ``settings``' cached views)."""
+    views = settings.trunk_views if trained_stages else 1
     return task.clone(
         TrunkFeatures,
         backbone=settings.backbone,
@@ -168,6 +188,8 @@ def trunk_features_task(
         image_size=settings.image_size,
         spatial=spatial,
         trained_stages=trained_stages,
+        views=views,
+        crop_scale=settings.trunk_crop_scale if views > 1 else TrainSettings.trunk_crop_scale,
     )
 
 

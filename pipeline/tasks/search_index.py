@@ -19,7 +19,8 @@ import pandas as pd
 from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.representations import TrainDoc2Vec
-from pipeline.tasks.training import Train, VariantParams, pair_inputs
+from pipeline.tasks.train_inputs import pair_inputs
+from pipeline.tasks.training import Train, VariantParams
 from pipeline.tasks.tuning import TunedRuns
 from serving.bundle import BUNDLE_FORMAT_VERSION, export_bundle, load_bundle
 from serving.embed import Embedder

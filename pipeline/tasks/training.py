@@ -3,33 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import luigi
 import numpy as np
-import pandas as pd
 import torch
 from luigi.freezing import recursively_unfreeze
-from torch import nn
 
 from common.files import atomic_path
 from common.settings import significant
-from common.tokenizer import TOKENIZER_VERSION
-from data_recipes.manifest import image_ids, integer_group_ids
+from data_recipes.manifest import image_ids
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
-from models.encoders import EncoderConfig
-from models.registry import needs_spatial_features
-from models.settings import TrainSettings
 from models.trained import (
     RECORD_FILE,
-    ModelRecord,
     build_from_record,
-    load_trained,
-    read_record,
-    record_for,
-    trunk_training_record,
     with_starting_weights,
     write_record,
 )
@@ -38,7 +26,6 @@ from models.training import (
     HISTORY_FILE,
     LAST_CHECKPOINT,
     PREV_CHECKPOINT,
-    PairData,
     Trainer,
     pick_device,
 )
@@ -46,10 +33,22 @@ from models.training.validation import validation_order
 from pipeline.config.checks import RunConfigurationError
 from pipeline.config.variant_spec import merge_overrides
 from pipeline.steps.selection import ValidationScorer, save_ranks
-from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.base import IdentityIntParameter, PipelineTask, VariantChoice
-from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
-from pipeline.tasks.representations import NeighborTables, TrainWordVectors, trunk_features_task
+from pipeline.tasks.data import check_split_fits
+from pipeline.tasks.representations import NeighborTables
+from pipeline.tasks.train_inputs import (
+    VOCABULARY_FILE,
+    epoch_cap_setting,
+    imagenet_weights_loaded,
+    load_pair_data,
+    model_record,
+    pair_inputs,
+    run_settings_of,
+    trunk_inputs,
+    warm_start,
+    with_epoch_cap,
+    without_train_setting,
+)
 from task_engine.gpus import task_device
 from task_engine.task import HashedTask
 from task_engine.torchrun import TorchrunJob, run_with_torchrun
@@ -66,99 +65,6 @@ class VariantParams(VariantChoice):
         if self.seed < 0:
             raise RunConfigurationError(f"--seed {self.seed}: a seed is >= 0")
         super().check_identity()
-
-
-def load_pair_data(inputs: Mapping[str, HashedTask], max_tokens: int) -> tuple[PairData, pd.DataFrame]:
-    """Tokenised texts, the image cache and, for a frozen trunk, its cached features, from the tasks a Train,
-    Evaluate or Cocos requires (``split``, ``prepared``, ``words`` and, when frozen, ``features``)."""
-    manifest = inputs["split"].manifest()
-    vocab, _ = inputs["words"].vocabulary()
-    tokens, lengths = encode_texts((tokenize(t) for t in manifest["text"]), vocab, max_tokens)
-    data = PairData(
-        images=inputs["prepared"].images(),
-        image_rows=manifest["cache_row"].to_numpy(),
-        tokens=tokens,
-        lengths=lengths,
-        group_ids=integer_group_ids(manifest).to_numpy(),
-        image_features=inputs["features"].features() if "features" in inputs else None,
-    )
-    return data, manifest
-
-
-def pair_inputs(task: PipelineTask) -> dict[str, HashedTask]:
-    """What a task that embeds the pairs reads them from: the split manifest, the prepared images, the vocabulary."""
-    return {"split": task.clone(Split), "prepared": task.clone(PrepareDataset), "words": task.clone(TrainWordVectors)}
-
-
-def trunk_inputs(task: VariantParams, t: TrainSettings) -> dict[str, HashedTask]:
-    """The cached trunk features a frozen-trunk variant trains and is evaluated on (nothing when fine-tuned)."""
-    if not t.trunk_mode.cached_features:
-        return {}
-    spatial = needs_spatial_features(task.variant_spec().model) and not t.trunk_mode.trains_trunk
-    return {"features": trunk_features_task(task, t, spatial=spatial, trained_stages=t.trunk_mode.trained_stages)}
-
-
-def model_record(task: VariantParams, inputs: Mapping[str, HashedTask], data: PairData) -> ModelRecord:
-    """What the variant's model is built from (``model.json`` beside the Train's checkpoints): the model and
-    its options, the encoder's sizes, the trunk's input and normalisation, the tokenizer and the vocabulary
-    (a copy beside the record in the Train's folder, so the folder stands alone)."""
-    spec, t = task.variant_spec(), task.train_settings()
-    vocab, word_vectors = inputs["words"].vocabulary()
-    vocab_file = inputs["words"].output_path("vocab")
-    encoder = EncoderConfig.from_settings(t, word_vectors, feature_width(data))
-    return record_for(
-        spec.model,
-        dict(spec.model_options),
-        encoder,
-        image_size=t.image_size,
-        max_text_tokens=t.max_text_tokens,
-        tokenizer_version=TOKENIZER_VERSION,
-        vocabulary_file=vocab_file,
-        vocabulary_name=Train.outputs["vocab"],
-        vocabulary_size=len(vocab) + 2,
-        frozen_trunk_seed=task.run_plan.data_seed if t.trunk_mode.cached_features else None,
-        frozen_trunk_weights_loaded=(
-            bool(inputs["features"].meta()["summary"]["imagenet_weights_loaded"]) if "features" in inputs else None
-        ),
-        # the weights file the cache was computed with (TrunkFeatures records it since trunks could train)
-        frozen_trunk_weights=inputs["features"].meta()["summary"].get("weights_source") if "features" in inputs else None,
-        trunk_training=trunk_training_record(t),
-    )
-
-
-def feature_width(data: PairData) -> int | None:
-    return None if data.image_features is None else int(data.image_features.shape[1])
-
-
-def load_trained_model(inputs: Mapping[str, HashedTask]) -> tuple[nn.Module, int]:
-    """The trained model of the required ``train`` task, built from its construction record alone (checked
-    against the copy its metadata keeps) and loaded with its best checkpoint on this task's device, and the
-    epoch of that checkpoint."""
-    train = inputs["train"]
-    record = read_record(train.output_path("model"), train.meta()["summary"].get("model_record"))
-    return load_trained(record, train.output_path("checkpoint"), task_device())
-
-
-def imagenet_weights_loaded(model: nn.Module, features: HashedTask | None) -> bool:
-    """Whether the image trunk started from ImageNet weights: the cached features' record when frozen."""
-    if features is not None:
-        return bool(features.meta()["summary"]["imagenet_weights_loaded"])
-    encoder = model.image_encoder
-    return bool(getattr(getattr(encoder, "cnn", encoder), "pretrained_loaded", False))
-
-
-def without_epoch_cap(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """``overrides`` without a change of the epoch cap."""
-    train = {key: value for key, value in dict(overrides.get("train", {})).items() if key != "epochs"}
-    unchanged = {key: value for key, value in overrides.items() if key != "train"}
-    return {**unchanged, "train": train} if train else unchanged
-
-
-def with_epoch_cap(overrides: Mapping[str, Any], epochs: int, default_cap: int) -> dict[str, Any]:
-    """``overrides`` with the run's epoch cap set to ``epochs`` (no ``epochs`` key at the default cap, so a run
-    at the variant's own cap is one task whatever asked for it)."""
-    base = without_epoch_cap(overrides)
-    return base if epochs == default_cap else merge_overrides(base, {"train": {"epochs": epochs}})
 
 
 #: in a continued run's folder: the folder of the shorter run it continued
@@ -186,7 +92,7 @@ class Train(VariantParams, PipelineTask):
         "last_checkpoint": LAST_CHECKPOINT,
         # how to build the trained model without the profile or today's code (models.trained), and its words
         "model": RECORD_FILE,
-        "vocab": "vocab.json",
+        "vocab": VOCABULARY_FILE,
         "history": HISTORY_FILE,
         # per validation pair, how its positive ranks at the best checkpoint (selection by a retrieval metric)
         "validation_ranks": "validation_ranks.npz",
@@ -207,8 +113,33 @@ class Train(VariantParams, PipelineTask):
         if source:
             required["neighbors"] = self.clone(NeighborTables, space=source)
         required.update(trunk_inputs(self, self.train_settings()))
+        if (parent := self.parent()) is not None:
+            required["parent"] = parent
         return required
 
+    def parent(self) -> Train | None:
+        """The run a warm-started run starts from: this one with ``train.trunk=frozen`` (under which the trunk's own
+        settings act no more, so it is the frozen-trunk profile's run at these settings, where there is one);
+        None when this run is not warm-started."""
+        t = self.train_settings()
+        if not t.warm_started:
+            return None
+        # a frozen trunk trains on cached features, which are not flipped: a run on pixels with flips has a parent
+        # without them
+        frozen = {"trunk": "frozen", **({"horizontal_flip": False} if t.horizontal_flip else {})}
+        return self.clone(Train, point=merge_overrides(self.overrides(), {"train": frozen}), continue_from_epochs=0)
+
+    def with_parent_point(self, parent: Train) -> Train:
+        """The warm-started run of this variant and seed whose parent is ``parent`` (a frozen run, e.g. one a
+        tuned choice's run was continued to): ``parent``'s point with this run's trunk."""
+        # parent() set train.trunk=frozen on top of the run's own point: take it off again, and put back a trunk
+        # this run's own point names (none when the run's trunk is the plan's)
+        point = parent.overrides()
+        for name in ("trunk", "horizontal_flip"):
+            point = without_train_setting(point, name)
+            if name in dict(self.overrides().get("train", {})):
+                point = merge_overrides(point, {"train": {name: getattr(self.train_settings(), name)}})
+        return self.clone(Train, seed=parent.seed, point=point, continue_from_epochs=0)
     def config(self) -> dict[str, Any]:
         spec = self.variant_spec()
         variant = spec.as_dict()
@@ -239,9 +170,17 @@ class Train(VariantParams, PipelineTask):
         arguments = ("--task", json.dumps(self.process_params(), sort_keys=True), "--work-dir", str(Path(work_dir).resolve()))
         return TorchrunJob(TORCHRUN_ENTRY_POINT, arguments, t.nproc_per_node, t.nnodes, t.rdzv_endpoint, self.signature(), self.task_id)
 
+    def epoch_cap(self) -> str:
+        """The setting that caps this run's epochs (:func:`epoch_cap_setting`)."""
+        return epoch_cap_setting(self.train_settings())
+
+    def max_epochs(self) -> int:
+        return int(getattr(self.train_settings(), self.epoch_cap()))
+
     def default_epoch_cap(self) -> int:
         """The epoch cap this variant has when the user's overrides do not set one."""
-        return self.clone(Train, point=without_epoch_cap(self.overrides())).train_settings().epochs
+        cap = self.epoch_cap()
+        return int(getattr(self.clone(Train, point=without_train_setting(self.overrides(), cap)).train_settings(), cap))
 
     def overrides(self) -> dict[str, Any]:
         """This run's point (a tuning trial's changes to the variant; the epoch cap of a continued run)."""
@@ -249,7 +188,7 @@ class Train(VariantParams, PipelineTask):
 
     def with_epochs(self, epochs: int, continue_from_epochs: int = 0) -> Train:
         """This run with epoch cap ``epochs`` (continuing the run of ``continue_from_epochs`` when given)."""
-        overrides = with_epoch_cap(self.overrides(), epochs, self.default_epoch_cap())
+        overrides = with_epoch_cap(self.overrides(), epochs, self.default_epoch_cap(), self.epoch_cap())
         return self.clone(Train, point=overrides, continue_from_epochs=continue_from_epochs)
 
     def shorter_run(self) -> Train:
@@ -267,10 +206,9 @@ class Train(VariantParams, PipelineTask):
             return marker.read_text() if marker.exists() else None
         if not self.continue_from_epochs:
             return None
-        if self.continue_from_epochs >= self.train_settings().epochs:
+        if self.continue_from_epochs >= self.max_epochs():
             raise ValueError(
-                f"continue_from_epochs={self.continue_from_epochs} must be below this run's epoch cap "
-                f"{self.train_settings().epochs}"
+                f"continue_from_epochs={self.continue_from_epochs} must be below this run's epoch cap {self.max_epochs()}"
             )
         source = self.shorter_run()
         if not source.complete():
@@ -301,7 +239,7 @@ class Train(VariantParams, PipelineTask):
             if distributed.is_main:
                 with atomic_path(self.work_path(work_dir, "validation_ranks")) as tmp, open(tmp, "wb") as handle:
                     save_ranks(handle, scorer.ranks(best_pass.image, best_pass.text))
-        epoch_seconds = [row["train_seconds"] for row in result.history]
+        epoch_seconds = [row["train_seconds"] for row in result.trained_rows]
         best = next((row for row in result.history if row["epoch"] == result.best_epoch), {})
         return {
             "best_epoch": result.best_epoch,
@@ -311,14 +249,16 @@ class Train(VariantParams, PipelineTask):
             "best_val_rsum": best.get("val_rsum"),
             # every validation metric at the best checkpoint (history.csv has them for every epoch)
             "best_validation": {key: value for key, value in best.items() if key.startswith("val_")},
-            "max_epochs": t.epochs,
-            "epochs": len(result.history),
+            "max_epochs": self.max_epochs(),
+            "epochs": len(result.trained_rows),
             "resumed_from_epoch": result.resumed_from_epoch,
             "mean_epoch_seconds": float(np.mean(epoch_seconds)) if epoch_seconds else None,
             "stopped_early_at": result.stopped_early_at,
             "device": str(trainer.device),
             "processes": distributed.world_size,
             "trunk": t.trunk,
+            # a warm start: the parent's folder, and whether its model stayed the best (epoch 0)
+            **({"warm_start": {"parent": str(self.requires()["parent"].output_dir()), "kept_parent": result.best_epoch == 0}} if t.warm_started else {}),
             "imagenet_weights_loaded": imagenet_weights_loaded(trainer.model, self.requires().get("features")),
             # what model.json held when written: a reader names the fields of an edited record
             **({"model_record": record.to_json()} if record is not None else {}),
@@ -346,6 +286,8 @@ class Train(VariantParams, PipelineTask):
         torch.manual_seed(config["seed"])
         model = build_from_record(record, initial_word_vectors=word_vectors, for_training=True)
         record = with_starting_weights(record, model)
+        if "parent" in inputs:
+            warm_start(model, inputs["parent"], record)
         losses = spec.build_losses()
         val_positions = np.flatnonzero(split == "val")
         scorer = None
@@ -365,7 +307,7 @@ class Train(VariantParams, PipelineTask):
             data,
             train_positions,
             val_positions,
-            t,
+            run_settings_of(t),
             config["seed"],
             work_dir,
             neighbors=neighbors,
@@ -376,6 +318,7 @@ class Train(VariantParams, PipelineTask):
             # no bar per epoch: two workers' bars would interleave on one terminal; FullRun's display shows
             # each running training's epoch and validation score (pipeline.run.progress)
             progress=False,
+            starting_weights_compete=t.warm_started,
         )
         self._record = record  # written, sealed with its best checkpoint, when training is done (train_in)
         return trainer, scorer

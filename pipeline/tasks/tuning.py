@@ -91,8 +91,11 @@ class Tune(VariantChoice, PipelineTask):
         return merge_overrides(recursively_unfreeze(self.point), SearchSpace.overrides(point))
 
     def trial_train(self, point: dict[str, Any], seed: int) -> Train:
-        """The trial's run with ``seed`` at the variant's own epoch cap."""
-        return self.clone(Train, seed=seed, point=self.trial_overrides(point))
+        """The trial's run with ``seed`` at the variant's own epoch cap. When the trunk trains from a warm start,
+        the trials are the frozen-trunk runs it starts from (its parents): the head and the method's knobs are
+        tuned there, as the frozen profile tunes them, and the trunk's run follows at a fixed rule (``TunedRuns``)."""
+        run = self.clone(Train, seed=seed, point=self.trial_overrides(point))
+        return run.parent() or run
 
     def metric(self) -> tuple[str, bool]:
         """The selection metric's name and whether higher is better."""
@@ -115,7 +118,7 @@ class Tune(VariantChoice, PipelineTask):
 
     # ------------------------------------------------------------------ the schedule
     def cap(self) -> int:
-        """The trials' own epoch cap (the variant's, with the user's overrides)."""
+        """The trials' own epoch cap (the variant's, with the user's overrides; a warm start's parents')."""
         return self.train_settings().epochs
 
     def train_of(self, key: RunKey) -> Train:
@@ -215,36 +218,28 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
                     "seeds": seeds,
                     "val_rsum": float(np.mean([r["val_rsum"] for r in seeds.values() if r["val_rsum"] is not None] or [np.nan])),
                     "capped": any(r["capped"] for r in seeds.values()),
-                    "extended": any(r["max_epochs"] > task.train_settings().epochs for r in seeds.values()),
+                    "extended": any(r["max_epochs"] > task.cap() for r in seeds.values()),
                 }
             )
         trials.append(trial)
-    comparison, why_not = None, None
     metric, n_way = SELECTION_METRICS[name], task.train_settings().selection_n_way
+    comparison, why_not = None, None
     if runner_up is None:
         why_not = "the only finished trial"
-    elif metric.per_query is None:
-        why_not = f"no paired comparison: {name} has no per-pair values"
     else:
-        outcomes = {
-            index: {seed: metric.per_query(ValidationRanking(load_ranks(run.output_path("validation_ranks")), n_way)) for seed, run in finished[index].items()}
-            for index in (chosen, runner_up)
-        }
-        # the per-pair values must average to the scores the choice was made on (not so for the layout-aware
-        # rsum of several captions per image, whose per-pair values rank differently)
-        reproduced = all(
-            abs(values.mean() - run_record(finished[index][seed])["score"]) < 1e-9
-            for index, per_seed in outcomes.items()
-            for seed, values in per_seed.items()
-        )
-        if reproduced:
-            comparison = compare_trials(
-                outcomes[chosen], outcomes[runner_up], higher, task.settings.tuning.bootstrap_resamples
-            )
-        else:
-            why_not = f"no paired comparison: the per-pair values of {name} do not reproduce its scores here"
+        comparison, why_not = paired_comparison(task, {seed: finished[chosen][seed] for seed in finished[chosen]}, finished[runner_up], higher)
     tie = None if comparison is None else not comparison["resolved"]
     decided_by = why_not or (TIE_RULE if tie else "a resolved difference")
+    # a trial the halving stopped at a rung was never trained further, so a tie with it cannot be read at the
+    # report's seeds: each one is compared with the chosen trial at the rung it stopped at (both trained the same
+    # epochs there), and the report names every one not resolved below the choice as a tie not tested
+    rung_comparisons = {}
+    for index, rung in sorted(state.stopped_at.items()):
+        epochs = state.rungs[rung]["epochs"]
+        runs_at = {trial: {seed: task.train_of(RunKey(trial, seed, epochs)) for seed in task.settings.tuning.trial_seeds} for trial in (chosen, index)}
+        at_rung, why = paired_comparison(task, runs_at[chosen], runs_at[index], higher)
+        rung_comparisons[str(index)] = {"rung": rung, "epochs": epochs, **(at_rung or {"why_not": why})}
+    rung_ties = sorted(int(i) for i, c in rung_comparisons.items() if "resolved" in c and not c["resolved"])
     return {
         "variant": task.variant,
         "label": task.variant_spec().label,
@@ -259,7 +254,35 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
         "comparison": comparison,
         "tie": tie,
         "decided_by": decided_by,
+        "rung_comparisons": rung_comparisons,
+        # trials stopped at a rung whose runs there were not resolved below the chosen trial's: ties not tested
+        "rung_ties": rung_ties,
     }
+
+
+def paired_comparison(
+    task: Tune, chosen: dict[int, Train], other: dict[int, Train], higher: bool
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The chosen runs against another trial's (per trial seed), paired by validation pair and seed, or None and
+    why not."""
+    name = task.train_settings().selection
+    metric, n_way = SELECTION_METRICS[name], task.train_settings().selection_n_way
+    if metric.per_query is None:
+        return None, f"no paired comparison: {name} has no per-pair values"
+    outcomes = {
+        key: {seed: metric.per_query(ValidationRanking(load_ranks(run.output_path("validation_ranks")), n_way)) for seed, run in runs.items()}
+        for key, runs in (("chosen", chosen), ("other", other))
+    }
+    # the per-pair values must average to the scores the choice was made on (not so for the layout-aware rsum of
+    # several captions per image, whose per-pair values rank differently)
+    reproduced = all(
+        abs(values.mean() - run_record(runs[seed])["score"]) < 1e-9
+        for key, runs in (("chosen", chosen), ("other", other))
+        for seed, values in outcomes[key].items()
+    )
+    if not reproduced:
+        return None, f"no paired comparison: the per-pair values of {name} do not reproduce its scores here"
+    return compare_trials(outcomes["chosen"], outcomes["other"], higher, task.settings.tuning.bootstrap_resamples), None
 
 
 class TunedRuns(VariantChoice, PipelineTask):
@@ -294,20 +317,40 @@ class TunedRuns(VariantChoice, PipelineTask):
         return choices
 
     def trains(self, choice: str = "chosen") -> list[Train]:
-        """The report seeds' runs at a choice's settings and the variant's own epoch cap."""
+        """The report seeds' runs at a choice's settings and the variant's own epoch cap (with a warm start: the
+        frozen-trunk runs the trunk's runs start from, as the trials were)."""
         overrides = self.choices()[choice]
-        return [self.clone(Train, seed=seed, point=overrides) for seed in self.report_seeds()]
+        runs = [self.clone(Train, seed=seed, point=overrides) for seed in self.report_seeds()]
+        return [run.parent() or run for run in runs]
 
-    def final_trains(self, choice: str = "chosen") -> list[Train]:
-        """Each seed's run, continued to the extended cap when it was capped (readable once trains() ran)."""
+    def extended_trains(self, choice: str = "chosen") -> list[Train]:
+        """Each seed's run of :meth:`trains`, continued to the extended cap when it was capped (readable once
+        trains() ran)."""
         tuning = self.settings.tuning
         return [final_run(train, tuning.extended_cap(train.train_settings().epochs)) for train in self.trains(choice)]
+
+    def final_trains(self, choice: str = "chosen") -> list[Train]:
+        """The runs the report reads: :meth:`extended_trains`, or with a warm start the trunk's run from each of
+        them (its own cap, no extension: the trunk's run follows a fixed rule)."""
+        extended = self.extended_trains(choice)
+        if not self.train_settings().warm_started:
+            return extended
+        template = self.clone(Train, seed=self.report_seeds()[0], point=self.choices()[choice])
+        return [template.with_parent_point(parent) for parent in extended]
 
     def evaluations(self, choice: str = "chosen") -> list[Evaluate]:
         """The Evaluate of each seed's final run (readable once final_trains() ran)."""
         return [
             self.clone(Evaluate, seed=train.seed, point=train.overrides()) for train in self.final_trains(choice)
         ]
+
+    def frozen_start_evaluations(self) -> list[Evaluate]:
+        """With a warm start, the Evaluate of each report seed's frozen-trunk run at the choice (the learning
+        tower's start, the frozen profile's run where there is one): the report pairs the two towers by seed and
+        test item. None otherwise."""
+        if not self.train_settings().warm_started:
+            return []
+        return [self.clone(Evaluate, seed=train.seed, point=train.overrides()) for train in self.extended_trains()]
 
     def runner_up_evaluations(self) -> list[Evaluate]:
         """The report seeds' evaluations at the runner-up's settings (none unless the choice was a tie)."""
@@ -318,14 +361,15 @@ class TunedRuns(VariantChoice, PipelineTask):
         return [
             task
             for choice in self.choices()
-            for task in [*self.trains(choice), *self.final_trains(choice), *self.evaluations(choice)]
-        ]
+            for task in [*self.trains(choice), *self.extended_trains(choice), *self.final_trains(choice), *self.evaluations(choice)]
+        ] + self.frozen_start_evaluations()
 
     def run(self) -> Iterator[list[HashedTask]]:  # a Luigi task with dynamic dependencies is a generator
         choices = list(self.choices())
         yield [train for choice in choices for train in self.trains(choice)]
+        yield [train for choice in choices for train in self.extended_trains(choice)]
         yield [train for choice in choices for train in self.final_trains(choice)]
-        yield [evaluation for choice in choices for evaluation in self.evaluations(choice)]
+        yield [evaluation for choice in choices for evaluation in self.evaluations(choice)] + self.frozen_start_evaluations()
         super().run()
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
@@ -334,13 +378,15 @@ class TunedRuns(VariantChoice, PipelineTask):
             "variant": self.variant,
             "overrides": choices["chosen"],
             "evaluations": {str(e.seed): str(e.output_dir()) for e in self.evaluations()},
-            "extended": [train.seed for train in self.final_trains() if train.continue_from_epochs],
+            "extended": [train.seed for train in self.extended_trains() if train.continue_from_epochs],
         }
+        if self.train_settings().warm_started:
+            runs["frozen_start"] = {"evaluations": {str(e.seed): str(e.output_dir()) for e in self.frozen_start_evaluations()}}
         if "runner_up" in choices:
             runs["runner_up"] = {
                 "overrides": choices["runner_up"],
                 "evaluations": {str(e.seed): str(e.output_dir()) for e in self.runner_up_evaluations()},
-                "extended": [train.seed for train in self.final_trains("runner_up") if train.continue_from_epochs],
+                "extended": [train.seed for train in self.extended_trains("runner_up") if train.continue_from_epochs],
             }
         write_json(self.work_path(work_dir, "runs"), runs)
         return runs
