@@ -147,6 +147,11 @@ def record_for(
     )
 
 
+def crops_pixels(settings: TrainSettings) -> bool:
+    """Whether a run with ``settings`` crops its training pixels (``random_resized_crop`` on, the trunk on pixels)."""
+    return settings.random_resized_crop is not None and not settings.trunk_mode.cached_features
+
+
 def trunk_training_record(settings: TrainSettings, warm_start: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """What ``trunk_training`` records of a run with ``settings`` before its model is built (None for a frozen
     trunk): the stages that train, BatchNorm, learning-rate scale, augmentation (flips of pixels, or the cached
@@ -164,8 +169,8 @@ def trunk_training_record(settings: TrainSettings, warm_start: dict[str, Any] | 
         "batchnorm": settings.trunk_batchnorm,
         "learning_rate_scale": settings.trunk_learning_rate_scale,
         "horizontal_flip": settings.horizontal_flip,
-        # recorded only when on: a record of a run without crops is the one it always was
-        **({"random_resized_crop": settings.random_resized_crop} if settings.random_resized_crop is not None else {}),
+        # recorded only where crops are made (on and on pixels): a record of a run without them is the one it always was
+        **({"random_resized_crop": settings.random_resized_crop} if crops_pixels(settings) else {}),
     }
     if mode.cached_features:
         record["views"] = CachedViews(settings.trunk_views, settings.trunk_crop_scale).record()

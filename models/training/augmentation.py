@@ -1,47 +1,36 @@
 """Random resized crops of the training images (``TrainSettings.random_resized_crop``), on the device.
 
 Each training image is replaced by a random box of it resized to the full side, as torchvision's
-``RandomResizedCrop(size, scale=(s, 1), ratio=(3/4, 4/3))`` does on the host: an area share drawn in ``[s, 1]``
-and an aspect drawn log-uniformly in ``[3/4, 4/3]``, ten attempts, the first box that fits the image, else the
-whole image; its position uniform. Why on the device and drawn in the training thread: the boxes are drawn from
-the run's augmentation generator (``TrainingSetup.flip_generator``, seeded by the run's seed and kept in every
-checkpoint) for the whole global batch in order, right after the flip coins, so any number of loader threads and
+``RandomResizedCrop(size, scale=(s, 1), ratio=(3/4, 4/3))`` does on the host: the box by the one rule the project
+draws such crops with (:meth:`models.cached_views.CachedViews.crop_box`, which the cached views of a top-stage
+trunk use too). Why on the device and drawn in the training thread: the boxes of the whole global batch are drawn
+in order from one seed taken from the run's augmentation generator (``TrainingSetup.flip_generator``, seeded by
+the run's seed and kept in every checkpoint), right after the flip coins, so any number of loader threads and
 ranks draw the same boxes and a resumed run the ones it would have drawn; one ``grid_sample`` then crops and
 resizes the batch. A run without crops draws nothing more: its flips, and so its numbers, are unchanged.
 """
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from models.cached_views import CachedViews
 from models.settings import TrainSettings
 from models.training.data import StepPlan
 from models.training.setup import TrainingSetup
 
-#: torchvision's RandomResizedCrop: the aspect ratios tried, and how many boxes before the whole image
-ASPECT_RANGE = (3 / 4, 4 / 3)
-ATTEMPTS = 10
 
-
-def crop_boxes(count: int, min_scale: float, generator: torch.Generator) -> Tensor:
-    """``[count, 4]`` boxes ``(x0, y0, width, height)`` as shares of a square image's side (torchvision's
-    draws, continuous: the first of :data:`ATTEMPTS` boxes that fits, else the whole image). The same number of
-    draws per image whatever fits, so the generator's later draws do not depend on the boxes."""
-    area = torch.empty(count, ATTEMPTS).uniform_(min_scale, 1.0, generator=generator)
-    log_aspect = torch.empty(count, ATTEMPTS).uniform_(*map(math.log, ASPECT_RANGE), generator=generator)
-    position = torch.rand(count, 2, generator=generator)
-    aspect = log_aspect.exp()
-    width, height = (area * aspect).sqrt(), (area / aspect).sqrt()
-    fits = (width <= 1) & (height <= 1)
-    first = fits.to(torch.int64).argmax(dim=1, keepdim=True)  # the first attempt that fits (0 when none does)
-    any_fits = fits.any(dim=1)
-    width = torch.where(any_fits, width.gather(1, first).squeeze(1), torch.ones(count))
-    height = torch.where(any_fits, height.gather(1, first).squeeze(1), torch.ones(count))
-    return torch.stack([position[:, 0] * (1 - width), position[:, 1] * (1 - height), width, height], dim=1)
+def crop_boxes(count: int, min_scale: float, generator: torch.Generator, side: int) -> Tensor:
+    """``[count, 4]`` boxes ``(x0, y0, width, height)`` as shares of a square ``side``-pixel image, drawn by
+    :meth:`~models.cached_views.CachedViews.crop_box` from one seed of ``generator`` (one draw whatever the boxes,
+    so what the generator gives later does not depend on them)."""
+    rule = CachedViews(count=2, crop_scale=min_scale)
+    rng = np.random.default_rng(int(torch.randint(0, 1 << 62, (1,), generator=generator)))
+    boxes = [rule.crop_box(rng, side, side) for _ in range(count)]
+    return torch.tensor([[left, top, width, height] for top, left, height, width in boxes], dtype=torch.float32) / side
 
 
 def cropped(images: Tensor, boxes: Tensor) -> Tensor:
@@ -63,5 +52,5 @@ def randomly_cropped(images: Tensor, plan: StepPlan, setup: TrainingSetup, setti
     images unchanged otherwise (cached trunk features are never cropped)."""
     if settings.random_resized_crop is None or images.is_floating_point():
         return images
-    boxes = crop_boxes(len(plan.merged.rows), settings.random_resized_crop, setup.flip_generator)
+    boxes = crop_boxes(len(plan.merged.rows), settings.random_resized_crop, setup.flip_generator, images.shape[1])
     return cropped(images, boxes[plan.offset : plan.offset + len(plan.local.rows)])

@@ -53,11 +53,6 @@ def check_training_inputs(
             f"horizontal_flip needs pixels, but trunk={settings.trunk!r} trains on cached features: set "
             "horizontal_flip=False (VSE++ and PVSE do not flip precomputed features either)"
         )
-    if settings.trunk_mode.cached_features and settings.random_resized_crop is not None:
-        raise ValueError(
-            f"random_resized_crop needs pixels, but trunk={settings.trunk!r} trains on cached features: set "
-            "random_resized_crop=None"
-        )
     if not [loss for loss in losses if not loss.needs_neighbors]:
         raise ValueError(
             f"every loss of {[loss.name for loss in losses]} needs sampled neighbors, so no validation loss "

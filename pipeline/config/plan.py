@@ -295,11 +295,6 @@ def check_training(name: str, t: TrainSettings) -> None:
             f"variant {name}: train.horizontal_flip needs pixels, but train.trunk={t.trunk} trains on cached trunk "
             "features: set train.horizontal_flip=false"
         )
-    if t.trunk_mode.cached_features and t.random_resized_crop is not None:
-        raise RunConfigurationError(
-            f"variant {name}: train.random_resized_crop needs pixels, but train.trunk={t.trunk} trains on cached "
-            "trunk features: set train.random_resized_crop=null"
-        )
     if t.selection_metric.n_way and t.selection_max_pairs < t.selection_n_way:
         raise RunConfigurationError(
             f"variant {name}: train.selection_max_pairs ({t.selection_max_pairs}) is below the n-way task it "
