@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from result_files import parse_with_quick, write_results
 
-from models.encoders import EncoderConfig
+from models.config import ModelConfig
 from models.training import PairData, Trainer
 from models.vse import VSEModel
 from pipeline.config.profiles import PROFILES
@@ -52,7 +52,7 @@ def time_epoch(variant: str, mode: str, data: PairData, n_train: int, settings, 
     spec = VARIANTS[variant]
     torch.manual_seed(0)
     feature_dim = None if data.image_features is None else FROZEN_FEATURE_DIM
-    config = EncoderConfig.from_settings(
+    config = ModelConfig.from_settings(
         replace(settings, pretrained=False), np.zeros((5000, 200)), feature_dim
     )
     model = VSEModel(config)

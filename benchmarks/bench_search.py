@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from common.tokenizer import TOKENIZER_VERSION  # noqa: E402
 from models.backbones import build_trunk  # noqa: E402
-from models.encoders import EncoderConfig  # noqa: E402
+from models.config import ModelConfig  # noqa: E402
 from models.registry import build_model  # noqa: E402
 from serving.bundle import Bundle  # noqa: E402
 from serving.embed import Embedder  # noqa: E402
@@ -78,7 +78,7 @@ def demo_sized_embedder() -> Embedder:
     """The demo profile's architecture through serving's Embedder (random weights: the cost is the same)."""
     torch.manual_seed(0)
     vocab = {f"w{i}": i + 2 for i in range(5000)} | {w.lower(): 9 for w in TEXT.replace(".", "").split()}
-    config = EncoderConfig(
+    config = ModelConfig(
         backbone="efficientnet_lite0",
         pretrained=False,
         embed_dim=WIDTH,

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from result_files import parse_with_quick, write_results
 
-from models.encoders import EncoderConfig
+from models.config import ModelConfig
 from models.losses.checks import value_checks
 from models.training import PairData, Trainer
 from models.training.step import StepLog
@@ -56,7 +56,7 @@ def build_trainer(work_dir: Path, device: torch.device, n: int) -> Trainer:
     settings = replace(DEMO.train, pretrained=False, selection="val_loss")  # steps only: nothing validated
     spec = VARIANTS["ours"]
     torch.manual_seed(0)
-    config = EncoderConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32), FEATURES)
+    config = ModelConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32), FEATURES)
     losses = spec.build_losses()
     table = np.stack([np.random.default_rng(s).permutation(n) for s in range(10)], axis=1)
     return Trainer(

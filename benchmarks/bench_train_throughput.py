@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from result_files import add_out_option, out_path, write_results
 
+from models.config import ModelConfig
 from models.distributed import init_from_environment
-from models.encoders import EncoderConfig
 from models.training import PairData, Trainer
 from models.vse import VSEModel
 from pipeline.config.profiles import PROFILES
@@ -79,7 +79,7 @@ def build_trainer(
 ) -> Trainer:
     spec = VARIANTS["ours"]
     torch.manual_seed(0)
-    config = EncoderConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32))
+    config = ModelConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32))
     losses = spec.build_losses()
     rng = np.random.default_rng(1)
     table = np.stack([rng.permutation(n_train) for _ in range(10)], axis=1)

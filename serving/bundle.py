@@ -82,6 +82,8 @@ class BundleParts:
     #: epochs the pipeline infers new texts' vectors with; None: the bundle cannot give neighbor preservation
     doc2vec: Path | None = None
     doc2vec_infer_epochs: int | None = None
+    #: the epoch its Train selected (``_meta.json``'s summary): the checkpoint's must be it (None: not known)
+    trained_epoch: int | None = None
 
 
 @dataclass
@@ -166,6 +168,11 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
         model, epoch = load_trained(record, parts.checkpoint)  # the one loader: record checked, weights fitted
     except ModelRecordError as error:
         raise BundleError(str(error)) from None
+    if parts.trained_epoch is not None and epoch != parts.trained_epoch:
+        raise BundleError(
+            f"{parts.checkpoint} holds the weights of epoch {epoch}, but its Train selected epoch {parts.trained_epoch}: "
+            "it is not the checkpoint this Train kept; export an intact copy of the Train folder, or train again"
+        )
     state = model.state_dict()
     vocab_size, word_dim = _word_embedding_shape(state)
     if vocab_size != len(parts.vocab) + 2 or vocab_size != record.encoder.vocab_size:

@@ -12,6 +12,7 @@ from typing import Any
 from common.hashing import file_sha256
 from models.trained import ModelRecordError, read_record
 from serving.bundle import BundleError, BundleParts
+from serving.trained_as_recorded import check_trained_as_recorded
 
 META_FILE = "_meta.json"
 #: where a run root keeps its run plans (pipeline.config.plan writes them; read here as files)
@@ -221,6 +222,7 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
         record = read_record(_output(train_dir, "model"), made)
     except ModelRecordError as error:
         raise BundleError(str(error)) from None
+    check_trained_as_recorded(train_dir, meta, record, run_plan_of(train_dir))
     vocab_file = (train_dir / record.vocabulary["file"]).resolve()
     if not vocab_file.is_file() or file_sha256(vocab_file) != record.vocabulary["sha256"]:
         raise BundleError(
@@ -247,6 +249,7 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
         record=record,
         checkpoint=_output(train_dir, "checkpoint"),
         vocab=json.loads(vocab_file.read_text()),
+        trained_epoch=meta.get("summary", {}).get("best_epoch"),
         image_cache_size=int(prepared["summary"]["image_cache"]["image_size"]),
         metrics=metrics,
         doc2vec=doc2vec,

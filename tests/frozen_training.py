@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.encoders import EncoderConfig
+from models.config import ModelConfig
 from models.registry import build_model
 from models.settings import TrainSettings
 from models.training import PairData, Trainer
@@ -61,7 +61,7 @@ def trainer_on_features(
     spec = VARIANTS[variant]
     model_options = {"dropout": 0.0} if spec.model == "pvse" else {}  # masks differ between the compared layouts
     torch.manual_seed(0)
-    config = EncoderConfig.from_settings(
+    config = ModelConfig.from_settings(
         replace(settings, pretrained=False), np.zeros((VOCAB, 8), dtype=np.float32), FEATURE_DIM
     )
     model = build_model(spec.model, config, None, **model_options)

@@ -118,17 +118,18 @@ def test_each_rank_crops_its_share_of_the_global_batch_s_draws():
     assert randomly_cropped(features, step_of(4, 0, 4), setup, crops) is features
 
 
-def test_the_model_record_holds_the_crops_only_when_a_run_crops(monkeypatch):
-    from models import trained
+def test_the_model_record_holds_the_crops_only_when_a_run_crops():
+    """A run that crops its pixels records the least share its crops kept; the record's declared part reads it
+    back (and refuses a share out of range); a run without crops writes the record it always did."""
+    from models.record_parts import TrunkTraining
+    from models.record_settings import trunk_training_record
 
-    monkeypatch.setattr(trained, "build_trunk", lambda *_: type("Trunk", (), {"stage_count": 4})())
-    plain = trained.trunk_training_record(TrainSettings(backbone="resnet18", trunk="finetune", trunk_warm_start=False))
-    crops = trained.trunk_training_record(TrainSettings(backbone="resnet18", trunk="finetune", trunk_warm_start=False, random_resized_crop=0.25))
+    plain = trunk_training_record(TrainSettings(backbone="resnet18", trunk="finetune", trunk_warm_start=False))
+    crops = trunk_training_record(TrainSettings(backbone="resnet18", trunk="finetune", trunk_warm_start=False, random_resized_crop=0.25))
     assert "random_resized_crop" not in plain and crops == {**plain, "random_resized_crop": 0.25}
-    from models.record_check import TRUNK_TRAINING
-
-    check, required = TRUNK_TRAINING["random_resized_crop"]
-    assert not required and check(0.25) is None and "not a share" in check(2.0)
+    assert TrunkTraining(**crops).random_resized_crop == 0.25 and TrunkTraining(**plain).random_resized_crop is None
+    with pytest.raises(ValueError, match="random_resized_crop"):
+        TrunkTraining(**{**crops, "random_resized_crop": 2.0})
 
 
 def test_crops_act_only_where_the_trunk_trains_on_pixels():
@@ -136,7 +137,7 @@ def test_crops_act_only_where_the_trunk_trains_on_pixels():
     not act there, so it is out of the run's hash (a warm start's frozen parent is the run without crops) and out
     of its model record."""
     from common.settings import significant
-    from models.trained import crops_pixels
+    from models.record_settings import crops_pixels
 
     pixels = TrainSettings(trunk="finetune", random_resized_crop=0.5)
     assert significant(pixels)["random_resized_crop"] == 0.5 and crops_pixels(pixels)

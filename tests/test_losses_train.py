@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from data_recipes.manifest import integer_group_ids
-from models.encoders import EncoderConfig
+from models.config import ModelConfig
 from models.losses import LOSSES, build_loss
 from models.registry import build_model
 from models.training import PairData, Trainer, pick_device
@@ -78,7 +78,7 @@ def test_each_loss_trains_one_smoke_epoch_without_nan(name, embedded, grouped, t
     if loss.needs_neighbors:  # within-modality terms are used beside a cross-modal loss (Eq. 8)
         losses.insert(0, build_loss("pvse_mil" if model_name == "pvse" else "angular"))
     torch.manual_seed(0)
-    model = build_model(model_name, EncoderConfig.from_settings(SETTINGS, vectors), vectors)
+    model = build_model(model_name, ModelConfig.from_settings(SETTINGS, vectors), vectors)
     trainer = Trainer(
         model,
         losses,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from models.batching import Batch, BatchSampler
-from models.encoders import EncoderConfig
+from models.config import ModelConfig
 from models.losses import build_loss
 from models.training import PairData, Trainer, cross_modal_group_ids
 from models.vse import VSEModel
@@ -144,7 +144,7 @@ def feature_data(n: int = 40, width: int = 12) -> PairData:
 
 def frozen_model(width: int = 12) -> VSEModel:
     torch.manual_seed(0)
-    config = EncoderConfig(
+    config = ModelConfig(
         backbone="resnet18",
         pretrained=False,
         embed_dim=8,

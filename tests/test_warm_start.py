@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from models.backbones import build_trunk
 from models.cached_views import CachedViews
-from models.encoders import EncoderConfig, frozen_trunk_features, resize_batch
+from models.config import ModelConfig
+from models.encoders import frozen_trunk_features, resize_batch
 from models.registry import build_model
 from models.trained import ModelRecordError, load_warm_start
 from models.training.history import TrainResult
@@ -33,8 +34,8 @@ def _pixels(n: int = 12, side: int = 48) -> torch.Tensor:
 def _models(batchnorm_frozen: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
     """A frozen-trunk VSE model (the parent, its head at a random init) and a top-1 model warm-started from it."""
     torch.manual_seed(0)
-    parent = build_model("vse", EncoderConfig(backbone=BACKBONE, embed_dim=32, word_dim=8, gru_hidden=16, vocab_size=20, trunk="frozen", feature_dim=1280), None)
-    child = build_model("vse", EncoderConfig(backbone=BACKBONE, embed_dim=32, word_dim=8, gru_hidden=16, vocab_size=20, trunk="top1"), None)
+    parent = build_model("vse", ModelConfig(backbone=BACKBONE, embed_dim=32, word_dim=8, gru_hidden=16, vocab_size=20, trunk="frozen", feature_dim=1280), None)
+    child = build_model("vse", ModelConfig(backbone=BACKBONE, embed_dim=32, word_dim=8, gru_hidden=16, vocab_size=20, trunk="top1"), None)
     child.image_encoder.frozen_batchnorm = batchnorm_frozen
     load_warm_start(child, parent.state_dict(), "the parent")
     return parent.eval(), child.train()

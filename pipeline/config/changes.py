@@ -21,17 +21,15 @@ moves the output paths of the tasks that use it and of their downstream tasks, a
 from __future__ import annotations
 
 import json
-import math
-import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 from common.registry import close_match
-from common.settings import SettingValueError, info_of
-from pipeline.config.checks import RunConfigurationError
-from pipeline.config.run_settings import VARIANT_KEYS, RunSettings, settable_names, type_name
+from common.settings import SettingValueError, info_of, typed
+from pipeline.config.checks import RunConfigurationError, check_trunk
+from pipeline.config.run_settings import VARIANT_KEYS, RunSettings, settable_names
 from pipeline.config.variant_spec import merge_overrides
 
 EVERY_VARIANT = "*"
@@ -81,43 +79,11 @@ def split_change(change: str) -> tuple[str, str]:
 
 
 def coerce(value: Any, hint: Any, where: str) -> Any:
-    """``value`` as the type ``hint`` says (an int is a float too, a list a tuple); one line otherwise."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(hint):
-            try:
-                return coerce(value, option, where)
-            except RunConfigurationError:
-                continue
-        raise RunConfigurationError(f"{where}: {value!r} is not {type_name(hint)}")
-    if hint is type(None):
-        if value is None:
-            return None
-    elif hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):  # JSON's NaN, Infinity and 1e400 parse; no setting takes them
-                raise RunConfigurationError(f"{where}: {value!r} is not a finite number")
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    elif origin is tuple:
-        if isinstance(value, (list, tuple)):
-            item = typing.get_args(hint)[0]
-            return tuple(coerce(v, item, where) for v in value)
-    elif origin is dict or hint is dict:
-        if isinstance(value, Mapping):
-            args = typing.get_args(hint)
-            return {str(k): coerce(v, args[1], where) for k, v in value.items()} if len(args) == 2 else dict(value)
-    else:
-        return value  # Any: checked by whoever reads it
-    raise RunConfigurationError(f"{where}: {value!r} is not {type_name(hint)}")
+    """``value`` as the type ``hint`` says (:func:`common.settings.typed`); one line naming ``where`` otherwise."""
+    try:
+        return typed(value, hint)
+    except SettingValueError as error:
+        raise RunConfigurationError(f"{where}: {error.refusal}") from None
 
 
 def _replaced(node: Any, name: str, value: Any, where: str) -> Any:
@@ -220,13 +186,13 @@ def _variant_change(settings: RunSettings, parts: list[str], value: Any, where: 
 
 
 def _loss_parameter(loss: str, name: str, value: Any, where: str) -> tuple[str, Any]:
-    """A loss parameter and its value checked against the constructor's type (its name is checked when the
+    """A loss parameter and its value checked against its declared type (its name and range are checked when the
     variant is built, naming what is valid)."""
     from models.losses import LOSSES
 
     if loss not in LOSSES:
         return name, value  # not a loss: refused, naming what is valid, when the variant is built
-    hints = typing.get_type_hints(LOSSES[loss].__init__)
+    hints = typing.get_type_hints(LOSSES[loss].settings_class)
     return name, coerce(value, hints[name], where) if name in hints else value
 
 
@@ -260,6 +226,7 @@ def apply_changes(settings: RunSettings, changes: Sequence[str] | Mapping[str, A
     neighbors = settings.neighbors
     if neighbors.sample_k is not None and neighbors.sample_k > neighbors.k:
         raise RunConfigurationError(f"neighbors.sample_k ({neighbors.sample_k}) cannot exceed neighbors.k ({neighbors.k})")
+    check_trunk(settings.train)  # after every change: train.backbone may come after train.trunk
     check_every_variant_change(settings)
     return settings
 

@@ -41,7 +41,7 @@ from pipeline.config.checks import (
     check_backbone,
     check_gpu_fit,
     check_recipe_options,
-    check_trunk_stages,
+    check_trunk,
     check_tuning,
 )
 from pipeline.config.profiles import PROFILES
@@ -288,8 +288,7 @@ def check_training(name: str, t: TrainSettings) -> None:
     """A variant's training settings that only a later task would refuse: its image trunk, and a selection
     sample too small for the n-way task that scores it."""
     check_backbone(t.backbone, f"variant {name}: train.backbone")
-    if t.trunk_mode.trained_stages:
-        check_trunk_stages(t.backbone, t.trunk_mode.trained_stages, f"variant {name}: train.trunk={t.trunk}")
+    check_trunk(t, f"variant {name}: ")
     if t.trunk_mode.cached_features and t.horizontal_flip:
         raise RunConfigurationError(
             f"variant {name}: train.horizontal_flip needs pixels, but train.trunk={t.trunk} trains on cached trunk "

@@ -44,8 +44,9 @@ from task_engine.task import HashedTask
 
 
 def final_run(train: Train, extended_cap: int) -> Train:
-    """``train`` itself, or, when its best epoch was its cap, the same run continued to ``extended_cap``."""
-    if not capped(train.meta()["summary"]):
+    """``train`` itself, or, when its best epoch was its cap, the same run continued to ``extended_cap``. A
+    warm-started run is never extended: the trunk's run follows a fixed rule (its parent was extended instead)."""
+    if train.train_settings().warm_started or not capped(train.meta()["summary"]):
         return train
     return train.with_epochs(extended_cap, continue_from_epochs=train.train_settings().epochs)
 
