@@ -1,23 +1,20 @@
 """Hashes that are the same in every process: of a string (gensim seeds its vectors with ``hash``, salted per
 process, which would make Doc2Vec and the word vectors differ from run to run) and of a JSON-able payload
-(output folders and run plans are named by one)."""
+(output folders and run plans are named by one: the engine's, :func:`task_engine.hashing.stable_hash`)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import zlib
 from typing import Any
+
+from task_engine.hashing import stable_hash
+
+__all__ = ["file_sha256", "stable_hash", "stable_string_hash"]
 
 
 def stable_string_hash(text: str) -> int:
     return zlib.crc32(text.encode("utf-8"))
-
-
-def stable_hash(payload: Any, length: int = 12) -> str:
-    """The first ``length`` hex digits of the SHA-256 of ``payload`` as canonical JSON (sorted keys)."""
-    text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
 def file_sha256(path: Any) -> str:

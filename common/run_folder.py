@@ -1,6 +1,9 @@
 """The run folder's layout, declared once, and its checked readers: every module that writes or reads a run root
 (the engine, the live display, the plan's file, ``crossmodal export``) takes the names and the readers from here,
-so no file name is spelled twice (tests/test_run_folder.py checks it).
+so no file name is spelled twice (tests/test_run_folder.py checks it). The engine's own part (a task output's
+``_meta.json``, ``_code.json`` and ``.partial`` folder, and the reader of ``_meta.json``) is declared by the
+engine (:mod:`task_engine.layout`, :mod:`task_engine.files`) and imported here; the project's files beside it are
+declared here.
 
     <run_root>/<Task>/<signature>/            a task's output, whole: its files and, written last,
         _meta.json                            what made it: task, config, declared outputs, params (the plan's id),
@@ -25,10 +28,8 @@ from typing import Any
 from common.bounded_json import RECORD, BoundedJsonError, NotJsonError, read_bounded
 from common.files import PARTIAL_SUFFIX, partial_path
 from common.hashing import stable_hash
+from task_engine.layout import CODE_MARKER, META_FILE, RunFolderError, meta_or_none, read_meta, read_object
 
-META_FILE = "_meta.json"
-#: in a resumable task's work folder: the code lineage its partial output was made with
-CODE_MARKER = "_code.json"
 HISTORY_FILE = "history.csv"
 #: ``<run_root>/RunPlan/<id>/run_plan.json``: the plans of a run root, one folder per plan like a task's output
 PLAN_FOLDER = "RunPlan"
@@ -37,10 +38,6 @@ PLAN_FILE = "run_plan.json"
 PLAN_ID_FIELDS = ("profile", "changes", "settings", "grid", "variants")
 #: a plan's id and a task output's signature: the first 12 hex digits of a hash (``common.hashing.stable_hash``)
 HASH_NAME = re.compile(r"[0-9a-f]{12}")
-
-
-class RunFolderError(ValueError):
-    """A run folder that cannot be read as it must be; one line naming the file and what to do."""
 
 
 # ---------------------------------------------------------------------------------------------- task outputs
@@ -53,39 +50,6 @@ def output_folder(run_root: str | Path, family: str, signature: str) -> Path:
 def run_root_of(folder: str | Path) -> Path:
     """The run root a task output folder lies in."""
     return Path(folder).parent.parent
-
-
-def read_object(path: str | Path, remedy: str = "run its task again") -> dict[str, Any]:
-    """A JSON object file of a run folder (``_meta.json``, an output's ``metrics.json``), read within bounds; one
-    :class:`RunFolderError` line naming it and ``remedy`` when it is damaged (``FileNotFoundError`` as it is)."""
-    try:
-        value = read_bounded(path, RECORD)
-    except BoundedJsonError as error:
-        raise RunFolderError(f"{path} is damaged: it {error.detail}: {remedy}") from None
-    except FileNotFoundError:
-        raise
-    except OSError as error:
-        raise RunFolderError(f"{path} is unreadable ({type(error).__name__}: {error}): {remedy}") from None
-    if not isinstance(value, dict):
-        raise RunFolderError(f"{path} is damaged (not a JSON object): {remedy}")
-    return value
-
-
-def read_meta(folder: str | Path) -> dict[str, Any]:
-    """A task output's ``_meta.json`` (written last, so its presence means the output is whole), read within
-    bounds; one :class:`RunFolderError` line when it is missing or damaged."""
-    try:
-        return read_object(Path(folder) / META_FILE)
-    except FileNotFoundError:
-        raise RunFolderError(f"{folder} is not a finished task output ({META_FILE} is missing): run its task again") from None
-
-
-def meta_or_none(folder: str | Path) -> dict[str, Any] | None:
-    """:func:`read_meta`, None when the output is not finished or its metadata is damaged."""
-    try:
-        return read_meta(folder)
-    except RunFolderError:
-        return None
 
 
 def meta_field(folder: str | Path, *keys: str) -> Any:

@@ -119,6 +119,10 @@ class TrunkTraining:
     batchnorm: str = redeclared(TrainSettings, "trunk_batchnorm", REQUIRED)
     learning_rate_scale: float = redeclared(TrainSettings, "trunk_learning_rate_scale", REQUIRED)
     horizontal_flip: bool = redeclared(TrainSettings, "horizontal_flip", REQUIRED)
+    #: written only by a run that crops its pixels (models.record_settings.trunk_training_record)
+    random_resized_crop: float | None = setting(
+        None, "the least share of the image its random resized crops kept", or_null(between(0, 1)), optional=True
+    )
     starting_weights: dict[str, Any] | None = setting(None, "where its first weights came from", shape=StartingWeights, optional=True)
     views: dict[str, Any] | None = setting(None, "the cached views a top-stages trunk trained on", shape=ViewsRecord, optional=True)
     warm_start: dict[str, Any] | None = setting(None, "the frozen-trunk run it started from", shape=WarmStart, optional=True)

@@ -18,6 +18,11 @@ from models.record import ModelRecord
 from models.settings import TrainSettings
 
 
+def crops_pixels(settings: TrainSettings) -> bool:
+    """Whether a run with ``settings`` crops its training pixels (``random_resized_crop`` on, the trunk on pixels)."""
+    return settings.random_resized_crop is not None and not settings.trunk_mode.cached_features
+
+
 def trunk_training_record(settings: TrainSettings, warm_start: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """What ``trunk_training`` records of a run with ``settings`` before its model is built (None for a frozen
     trunk): the stages that train, BatchNorm, learning-rate scale, augmentation (flips of pixels, or the cached
@@ -35,6 +40,8 @@ def trunk_training_record(settings: TrainSettings, warm_start: dict[str, Any] | 
         "batchnorm": settings.trunk_batchnorm,
         "learning_rate_scale": settings.trunk_learning_rate_scale,
         "horizontal_flip": settings.horizontal_flip,
+        # recorded only where crops are made (on and on pixels): a record of a run without them is the one it always was
+        **({"random_resized_crop": settings.random_resized_crop} if crops_pixels(settings) else {}),
     }
     if mode.cached_features:
         record["views"] = CachedViews(settings.trunk_views, settings.trunk_crop_scale).record()
@@ -65,6 +72,7 @@ DECIDED_BY: dict[str, tuple[str, ...]] = {
     "trunk_training.batchnorm": ("trunk_batchnorm",),
     "trunk_training.learning_rate_scale": ("trunk_learning_rate_scale",),
     "trunk_training.horizontal_flip": ("horizontal_flip",),
+    "trunk_training.random_resized_crop": ("random_resized_crop",),
     "trunk_training.views.count": ("trunk_views",),
     "trunk_training.views.crop_scale": ("trunk_crop_scale",),
     #: whether there is one: its parent is the run's, not the settings'

@@ -60,6 +60,10 @@ def _trains_cached_map(t: TrainSettings) -> bool:
     return t.trunk_mode.trains_trunk and t.trunk_mode.cached_features
 
 
+def _trains_on_pixels(t: TrainSettings) -> bool:
+    return t.trunk_mode.trains_trunk and not t.trunk_mode.cached_features
+
+
 def _crops_cached_views(t: TrainSettings) -> bool:
     return _trains_cached_map(t) and t.trunk_views > 1
 
@@ -84,6 +88,14 @@ class TrainSettings:
     lr_patience: int = setting(5, "epochs without a lower validation loss before the learning rate decays", at_least(0))
     lr_factor: float = setting(0.1, "the plateau decay multiplies the learning rate by this", between(0, 1, high_open=True))
     horizontal_flip: bool = setting(True, "flip training images left-right at random (needs pixels, not a cached trunk)")
+    #: torchvision's RandomResizedCrop(scale=(s, 1)), on the device (models/training/augmentation.py)
+    random_resized_crop: float | None = setting(
+        None,
+        "crop a random box of each training image covering at least this share of it (aspect 3/4 to 4/3) and "
+        "resize it to the whole image (null: the whole image)",
+        Limit(lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1), "in (0, 1] or null"),
+        added_after_1_0=True, acts=_trains_on_pixels, acts_text="the trunk trains on pixels",
+    )
     #: in_batch encodes the same rows as the baseline; extra_rows twice the encoder work
     neighbor_mode: str = setting(
         "in_batch",

@@ -1,11 +1,11 @@
 """Luigi pipeline: ``luigi --module pipeline FullRun`` (see README).
 
 Importing it first keeps a working folder that ``python -m`` put first on ``sys.path`` behind the installed
-packages (:mod:`pipeline.engine.import_path`), then applies the package's Luigi defaults beneath the user's files
+packages (:mod:`pipeline.run.import_path`), then applies the package's Luigi defaults beneath the user's files
 (:mod:`pipeline.run.luigi_defaults`), before Luigi reads ``[core]`` or ``[retcode]``.
 """
 
-import pipeline.engine.import_path  # noqa: F401 - first: before anything imports common, models, evaluation, ...
+import pipeline.run.import_path  # noqa: F401 - first: before anything imports common, models, evaluation, ...
 
 # isort: split
 from pipeline.run.failures import install_one_line_input_errors

@@ -1,7 +1,9 @@
 """``python -m pipeline FullRun ...``: the ``luigi --module pipeline FullRun ...`` command, judged by its result;
 ``python -m pipeline plan ...`` (FullRun's arguments, and ``--json``): the resolved plan and what each task would
 do, without running anything; ``python -m pipeline settings [--profile P] [--set ...] [--json]``: every setting,
-its value, range, kind and meaning (:mod:`pipeline.run.settings_list`). ``crossmodal-pipeline ...`` is the same command as a console script: it works in a
+its value, range, kind and meaning (:mod:`pipeline.run.settings_list`); ``python -m pipeline code-versions
+[--record | --bump FAMILY ...]``: each task family's code against its recorded fingerprint
+(:mod:`task_engine.code_identity`, docs/usage.md). ``crossmodal-pipeline ...`` is the same command as a console script: it works in a
 folder that holds a ``pipeline.py`` of its own, which ``python -m pipeline`` would run instead.
 
 Luigi judges a process by what it saw: in a run shared through ``luigid`` a process whose tasks another
@@ -62,6 +64,11 @@ def main(argv: list[str] | None = None) -> None:
         from pipeline.run.settings_list import main as list_settings
 
         raise SystemExit(list_settings(argv[1:]))
+    if argv[:1] == ["code-versions"]:
+        import pipeline.tasks  # noqa: F401 - declares the code base the engine fingerprints
+        from task_engine.code_identity import main as code_versions
+
+        raise SystemExit(code_versions(argv[1:], prog="python -m pipeline code-versions"))
     if "--module" not in argv:
         argv = ["--module", "pipeline", *argv]
     try:

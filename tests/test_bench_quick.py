@@ -17,6 +17,7 @@ import importlib
 import json
 import re
 import sys
+import zipfile
 from pathlib import Path
 from types import ModuleType
 
@@ -34,6 +35,7 @@ if str(BENCHMARKS) not in sys.path:
 QUICK_TESTS = {
     "angular_study": "test_bench_run_root.py",
     "bench_audit": "test_bench_run_root.py",
+    "bench_child_start": "test_bench_quick.py",
     "bench_dedup": "test_bench_quick.py",
     "bench_epoch": "test_bench_quick.py",
     "bench_gru": "test_bench_quick.py",
@@ -51,6 +53,7 @@ QUICK_TESTS = {
     "compare_run_roots": "test_bench_run_root.py",
     "embedded_guessability": "test_bench_quick.py",
     "gpu_check": "test_bench_quick.py",
+    "gpu_host_wheels": "test_bench_quick.py",
     "make_pairs_table": "test_bench_quick.py",
     "selection_metric_study": "test_bench_run_root.py",
     "trunk_stages_study": "test_bench_run_root.py",
@@ -155,6 +158,37 @@ def test_bench_trunk_cost_quick():
     frozen, top1 = result["rows"]
     assert frozen["x_frozen"] == 1.0 and top1["x_frozen"] > 0 and top1["map"] == [192, 3, 3]
     assert all(row["epoch_cpu_seconds"] > 0 and row["cache_cpu_ms_per_image"] > 0 for row in result["rows"])
+
+
+def test_bench_child_start_quick(monkeypatch, tmp_path):
+    """A server of its own (this test's key), started from the repository root, where the script's no-op network
+    task is importable by its module's name (``benchmarks.bench_child_start``, as its ``__main__`` runs it)."""
+    from task_engine import fork_server
+
+    key = f"{fork_server.RUN_ID}-{tmp_path.name}"
+    monkeypatch.setattr(fork_server, "server_key", lambda: key)
+    monkeypatch.chdir(ROOT)
+    result = script("bench_child_start").main(["--quick"])
+    assert "smoke" not in result  # --quick: no FullRuns
+    start = result["start"]
+    assert all(start[part] > 0 for part in ("interpreter_ms", "server_start_ms", "child_task_ms"))
+    assert start["inline_task_ms"] >= 0  # a task that does nothing, in this process: 0.00 ms rounded
+
+
+def test_gpu_host_wheels_prunes_a_package_s_tests_and_their_record_lines(tmp_path):
+    """gpu_host_wheels.py downloads wheels and builds annoy (the network, minutes): its quick check is the one step
+    that rewrites a published wheel, leaving a package's tests out of the archive and out of its RECORD."""
+    wheels = script("gpu_host_wheels")
+    wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
+    record = "pkg-1.0.dist-info/RECORD"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("pkg/__init__.py", "x = 1\n")
+        archive.writestr("pkg/test/data.bin", b"0" * 10_000)
+        archive.writestr(record, f"pkg/__init__.py,sha256=a,6\npkg/test/data.bin,sha256=b,10000\n{record},,\n")
+    assert wheels.pruned_wheel(wheel, "pkg/test/") > 0
+    with zipfile.ZipFile(wheel) as archive:
+        assert sorted(archive.namelist()) == ["pkg-1.0.dist-info/RECORD", "pkg/__init__.py"]
+        assert archive.read(record).decode().splitlines() == ["pkg/__init__.py,sha256=a,6", f"{record},,"]
 
 
 def test_bench_gru_quick():

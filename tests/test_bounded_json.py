@@ -1,4 +1,5 @@
-"""The one JSON reader (common/bounded_json.py, issue 53 item 1): its depth count against a naive character-by-character
+"""The one JSON reader (the engine's, task_engine/bounded_json.py, with the project's limits in common/bounded_json.py;
+issue 53 item 1): its depth count against a naive character-by-character
 reference (strings, escapes and the pieces a long text is read in), its three bounds and their one-line refusals,
 JSON Lines, and a scan of the code that fails on any other ``json.load(s)`` call."""
 
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from common import bounded_json
 from common.bounded_json import (
     COMMAND_LINE,
+    RAW_DATA,
     RECORD,
     BoundedJsonError,
     JsonLimits,
@@ -23,18 +24,18 @@ from common.bounded_json import (
     loads_bounded_lines,
     read_bounded,
 )
+from task_engine import bounded_json
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the packages whose JSON reads go through the bounded reader
-SCANNED = ("common", "data_recipes", "models", "evaluation", "serving", "pipeline", "benchmarks")
+SCANNED = ("task_engine", "common", "data_recipes", "models", "evaluation", "serving", "pipeline", "benchmarks")
 #: the calls left to ``json.loads``, each with why it reads no outside input
 NOT_OUTSIDE_INPUT = {
-    "common/bounded_json.py": "the bounded reader itself",
-    # the engine's own processes talking to each other, and its package data (issue 52 moves the engine; its
-    # spawned child's answer and parameters are written by this code for this code)
-    "pipeline/engine/spawn.py": "the answer of the child process the engine started",
-    "pipeline/engine/child.py": "the parameters the engine's parent process wrote",
-    "pipeline/engine/code_versions.py": "the package's own code_versions.json (a maintainer's record)",
+    "task_engine/bounded_json.py": "the bounded reader itself",
+    # the engine's own processes talking to each other, and the project's versions file: written by this code for
+    # this code
+    "task_engine/fork_server.py": "a request and an answer between the engine's worker and its fork server",
+    "task_engine/code_versions.py": "the project's own code_versions.json (a maintainer's record)",
 }
 
 
@@ -126,11 +127,11 @@ def test_a_file_is_read_no_further_than_its_limit(tmp_path):
 
 def test_json_lines_are_checked_once_and_a_bad_line_is_named(tmp_path):
     text = '{"a": 1}\n\n{"a": "\udcff"}\n'  # a byte that was not UTF-8 stays for the row checks to reject
-    assert list(loads_bounded_lines(text, "pairs.jsonl")) == [(1, {"a": 1}), (3, {"a": "\udcff"})]
+    assert list(loads_bounded_lines(text, "pairs.jsonl", RAW_DATA)) == [(1, {"a": 1}), (3, {"a": "\udcff"})]
     with pytest.raises(NotJsonError, match=r"^pairs.jsonl line 2 is not JSON"):
-        list(loads_bounded_lines('{"a": 1}\n{"a":\n', "pairs.jsonl"))
+        list(loads_bounded_lines('{"a": 1}\n{"a":\n', "pairs.jsonl", RAW_DATA))
     with pytest.raises(BoundedJsonError, match=r"^pairs.jsonl nests arrays or objects 5000 deep; at most 64"):
-        list(loads_bounded_lines('{"a": 1}\n' + "[" * 5000 + "]" * 5000 + "\n", "pairs.jsonl"))
+        list(loads_bounded_lines('{"a": 1}\n' + "[" * 5000 + "]" * 5000 + "\n", "pairs.jsonl", RAW_DATA))
 
 
 def json_load_calls(path: Path) -> list[int]:
@@ -166,7 +167,7 @@ def test_no_json_is_parsed_outside_the_bounded_reader():
         if (lines := json_load_calls(path))
     }
     unlisted = {path: lines for path, lines in calls.items() if path not in NOT_OUTSIDE_INPUT}
-    assert unlisted == {}, f"parse these with common.bounded_json (loads_bounded / read_bounded): {unlisted}"
+    assert unlisted == {}, f"parse these with the bounded reader (common.bounded_json, or task_engine.bounded_json in the engine): {unlisted}"
     assert set(NOT_OUTSIDE_INPUT) <= set(calls), "a listed exception no longer parses JSON: drop it from the list"
 
 

@@ -29,7 +29,7 @@ def run_luigi(*args: str, run_root: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--profile", "fast"], "error: unknown profile 'fast'; available: demo, demo-finetune, paper, smoke"),
+        (["--profile", "fast"], "error: unknown profile 'fast'; available: demo, demo-finetune, demo-gpu, paper, smoke"),
         (["--variants", '["ours","ourz"]'], "error: unknown variant 'ourz'; did you mean 'ours'? available: "),
     ],
 )
@@ -46,7 +46,7 @@ def test_a_bad_name_exits_2_with_one_line_before_any_work(tmp_path, args, messag
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"profile": "fast"}, "unknown profile 'fast'; available: demo, demo-finetune, paper, smoke"),
+        ({"profile": "fast"}, "unknown profile 'fast'; available: demo, demo-finetune, demo-gpu, paper, smoke"),
         ({"dataset": "cocoa"}, r"unknown dataset 'cocoa'; did you mean 'coco'\? available: coco, conceptual_captions, "),
         ({"variants": ["ours", "ourz"]}, r"unknown variant 'ourz'; did you mean 'ours'\? available: "),
         ({"variant_overrides": {"nope": {}}}, r"--variant-overrides: unknown variant 'nope'"),
@@ -60,7 +60,7 @@ def test_called_from_code_the_error_is_raised(params, message):
 
 def test_network_tasks_take_a_gpu_only_on_a_gpu_host(monkeypatch, tmp_path):
     from pipeline import Cocos, Evaluate, SearchIndex, Split, Train, TrunkFeatures
-    from pipeline.engine import task
+    from task_engine import task
 
     for gpus, expected in ((0, {}), (2, {"gpu": 1})):
         monkeypatch.setattr(task, "host_gpu_count", lambda gpus=gpus: gpus)

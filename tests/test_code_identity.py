@@ -1,4 +1,4 @@
-"""The recorded code identity of each task family (``pipeline/engine/code_versions.json``): a change to what a task
+"""The recorded code identity of each task family (``pipeline/tasks/code_versions.json``): a change to what a task
 runs cannot land without a maintainer deciding whether its outputs must be recomputed."""
 
 import sys
@@ -6,18 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.engine.code_identity import (
+import pipeline.tasks  # noqa: F401 - declares the code base the engine fingerprints
+from task_engine.code_identity import (
     changed_families,
     closure,
     fingerprint,
     normalised_source,
     task_families,
 )
-from pipeline.engine.code_versions import recorded
+from task_engine.code_versions import recorded
 
 
 def test_every_task_s_code_matches_its_recorded_fingerprint():
-    """When this fails: run ``python -m pipeline.engine.code_identity``; for each family it lists, ``--bump FAMILY``
+    """When this fails: run ``python -m pipeline code-versions``; for each family it lists, ``--bump FAMILY``
     if what the task computes changed (its outputs and their downstream are recomputed by the next run),
     or ``--record`` if it computes the same (a refactor: nothing is recomputed). docs/usage.md."""
     python = recorded().get("python")
@@ -25,7 +26,7 @@ def test_every_task_s_code_matches_its_recorded_fingerprint():
         pytest.skip(f"fingerprints were recorded with Python {python}; syntax trees differ between versions")
     changed = changed_families()
     assert changed == {}, (
-        f"task code changed without a decision: {changed}. Run `python -m pipeline.engine.code_identity --bump "
+        f"task code changed without a decision: {changed}. Run `python -m pipeline code-versions --bump "
         "<families>` if their results change, `--record` if not (docs/usage.md, 'Code changes')"
     )
 
@@ -60,8 +61,8 @@ def test_a_loss_is_part_of_what_a_train_runs_and_the_report_is_not():
     assert len({fingerprint(Train), fingerprint(Split), fingerprint(Report)}) == 3
 
 
-def test_the_versions_file_is_valid_json_beside_the_module():
-    from pipeline.engine.code_versions import VERSIONS_FILE
+def test_the_versions_file_is_the_project_s_beside_its_tasks():
+    from task_engine.code_versions import code_base
 
-    assert VERSIONS_FILE == Path(__file__).resolve().parent.parent / "pipeline" / "engine" / "code_versions.json"
+    assert code_base().versions_file == Path(__file__).resolve().parent.parent / "pipeline" / "tasks" / "code_versions.json"
     assert recorded()["families"]["Train"]["fingerprint"]

@@ -232,8 +232,8 @@ def test_train_with_two_processes_launches_torchrun_and_matches_one_process_on_t
 
 def test_torchrun_command_single_node_standalone_and_multi_node_rendezvous(tmp_path):
     from pipeline import Train
-    from pipeline.engine.torchrun import torchrun_command
     from pipeline.tasks.training import TORCHRUN_ENTRY_POINT
+    from task_engine.torchrun import torchrun_command
 
     def command(**train) -> list[str]:
         task = Train(profile="smoke", run_root=str(tmp_path), point={"train": train})

@@ -33,8 +33,8 @@ import pytest
 from pipeline import FullRun
 from pipeline.__main__ import main
 from pipeline.config.plan_file import forget_plans, plan_file_problem, plan_path, read_plan, write_plan
-from pipeline.engine.task import HashedTask
 from pipeline.run.status import DONE, task_plan
+from task_engine.task import HashedTask
 from tests.fault_table import Fault, assert_refused, run_command
 from tests.luigi_runs import build, copied_root
 
@@ -235,8 +235,8 @@ def test_a_task_s_reason_compares_it_with_its_own_earlier_output(tmp_path):
     """Outputs of one family for several trials in the run root: a task's reason is read against the output made
     for the same variant, seed and point, not against whichever output differs least."""
     from pipeline import Train
-    from pipeline.engine.outputs import write_json
     from pipeline.run.status import settings_difference
+    from task_engine.outputs import write_json
 
     task = Train(profile="smoke", run_root=str(tmp_path), variant="ours", seed=0)
     mine = json.loads(json.dumps(task.config(), default=str))

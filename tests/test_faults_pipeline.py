@@ -29,9 +29,9 @@ import pytest
 import torch
 
 from pipeline import Evaluate, FullRun, Train
-from pipeline.engine.outputs import DiskFullError, lock_path, partial_path
-from pipeline.engine.task import META_FILE, HashedTask
 from pipeline.tasks.report import all_upstream
+from task_engine.outputs import DiskFullError, lock_path, partial_path
+from task_engine.task import META_FILE, HashedTask
 from tests.disks import fill, tmpfs
 from tests.luigi_runs import build
 
@@ -374,7 +374,7 @@ def test_a_half_written_output_is_never_taken_as_complete_and_is_rebuilt_whole(
 HOLD_LOCK = """
 import shutil, sys, time
 from pathlib import Path
-from pipeline.engine.outputs import output_lock
+from task_engine.outputs import output_lock
 final, source = Path(sys.argv[1]), Path(sys.argv[2])
 with output_lock(final):
     print("locked", flush=True)
@@ -416,7 +416,7 @@ def test_two_full_runs_at_once_on_one_run_root_both_finish_with_the_undisturbed_
 ) -> None:
     """Two local-scheduler runs (each with its own luigi pid lock, so neither is refused as a duplicate)
     started together on one run root schedule every task twice. Both must finish; every output is built
-    once, whole, and equals the undisturbed run's. Before pipeline.engine.outputs.output_lock both built each output in
+    once, whole, and equals the undisturbed run's. Before task_engine.outputs.output_lock both built each output in
     the same ``.partial`` folder: one run cleared it while the other was writing into it and crashed
     (``OSError: Directory not empty``, exit 30), or renamed a folder with files missing into place.
 
@@ -463,7 +463,7 @@ def fail_meta_write(real: Callable[..., int]) -> Callable[..., int]:
 
 #: where the disk fills up while Evaluate builds its output, and the path the error must name
 DISK_FULL = {
-    # a pipeline.engine.outputs save helper (numpy writes through an open handle: the OSError names no file)
+    # a task_engine.outputs save helper (numpy writes through an open handle: the OSError names no file)
     "save_array": (
         lambda mp: mp.setattr(np, "save", no_space),
         lambda partial, final: partial / "test_image.npy",

@@ -25,7 +25,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("common", "pipeline", "models", "data_recipes", "evaluation", "serving")
+PACKAGES = ("common", "pipeline", "models", "data_recipes", "evaluation", "serving", "task_engine")
 RUN_TIMEOUT_S = 1800
 SHADOWING_MODULES = ("common", "models", "evaluation")
 #: a console script like the one pip writes for ``luigi``, for the new environment's interpreter
@@ -137,7 +137,7 @@ def test_the_wheel_holds_every_file_of_the_packages_and_nothing_of_the_tests(ins
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     }
     assert in_checkout - names == set()
-    for needed in ("pipeline/engine/code_versions.json", "pipeline/run/luigi_defaults.cfg", "serving/static/index.html"):
+    for needed in ("pipeline/tasks/code_versions.json", "pipeline/run/luigi_defaults.cfg", "serving/static/index.html"):
         assert needed in names
     assert any(name.startswith("data_recipes/embedded/") for name in names)
     assert not [name for name in names if name.split("/")[0] in ("tests", "benchmarks")]
@@ -147,7 +147,7 @@ def test_the_wheel_holds_every_file_of_the_packages_and_nothing_of_the_tests(ins
 
 
 def test_the_environment_runs_the_wheel_not_the_checkout(installed, folders):
-    probe = "import common, pipeline, serving; print(pipeline.__file__, common.__file__, serving.__file__)"
+    probe = "import common, pipeline, serving, task_engine; print(pipeline.__file__, common.__file__, serving.__file__, task_engine.__file__)"
     result = installed.run("python", "-c", probe, cwd=folders["empty"])
     assert result.returncode == 0, result.stderr
     assert all(Path(path).is_relative_to(installed.site_packages) for path in result.stdout.split())

@@ -1,5 +1,5 @@
 """The package's Luigi defaults lie beneath every setting of the user's (pipeline/run/luigi_defaults.py), a
-working folder cannot shadow the packages under ``python -m`` (pipeline/engine/import_path.py), and a central
+working folder cannot shadow the packages under ``python -m`` (pipeline/run/import_path.py), and a central
 scheduler that is not there is one line (pipeline/run/scheduler.py, pipeline/run/failures.py). End to end, from
 an installed wheel: tests/test_installed.py."""
 
@@ -18,10 +18,11 @@ import pytest
 from luigi.configuration import LuigiConfigParser, LuigiTomlParser
 from luigi.rpc import RPCError
 
-from pipeline.engine.import_path import SOURCE_ROOT, child_environment, working_folder_first
 from pipeline.run.failures import OneLineInputErrors
+from pipeline.run.import_path import SOURCE_ROOT, working_folder_first
 from pipeline.run.luigi_defaults import DEFAULTS_FILE, apply_package_defaults, package_defaults
 from pipeline.run.scheduler import unreachable
+from task_engine.processes import child_environment
 
 USER_FILE = """\
 [core]
@@ -95,13 +96,14 @@ def test_under_the_toml_parser_the_defaults_keep_toml_types():
     apply_package_defaults(config, argv=[])
     assert config.data["core"]["workers"] == 3
     assert config.data["core"]["local_scheduler"] is True
-    assert config.data["resources"]["gpu"] == 1 and config.data["retcode"]["task_failed"] == 30
+    assert config.data["network_tasks"]["slots_per_gpu"] == 4 and config.data["retcode"]["task_failed"] == 30
     assert config.data["core"]["log_level"] == "WARNING"
 
 
 def test_the_defaults_file_holds_what_the_docs_promise():
     defaults = package_defaults()
-    assert defaults.getint("core", "workers") == 2 and defaults.getint("resources", "gpu") == 1
+    assert defaults.getint("core", "workers") == 2 and defaults.getint("network_tasks", "slots_per_gpu") == 4
+    assert not defaults.has_section("resources"), "[resources] gpu follows the host's GPUs (task_engine.gpus)"
     exit_statuses = {key: defaults.getint("retcode", key) for key in defaults.options("retcode")}
     assert exit_statuses == {
         "unhandled_exception": 4,
@@ -137,13 +139,15 @@ def test_child_processes_outside_the_repository_get_no_working_folder(tmp_path, 
 
 
 def test_a_child_process_in_a_folder_with_a_pipeline_py_still_runs_the_package_s(tmp_path, monkeypatch):
-    """What spawn.py and torchrun.py start (``python -m pipeline...``) in a user's folder holding a ``pipeline.py``:
-    without the working folder on its path (``PYTHONSAFEPATH``) the child imports the package, not that file."""
-    (tmp_path / "pipeline.py").write_text("raise RuntimeError('the user s pipeline.py was imported')\n")
+    """What the engine starts (the server of network tasks, ``python -m task_engine.fork_server``; torchrun's
+    ``python -m pipeline...``) in a user's folder holding a ``pipeline.py`` and a ``task_engine.py``: without the
+    working folder on its path (``PYTHONSAFEPATH``) the child imports the packages, not those files."""
+    for name in ("pipeline", "task_engine"):
+        (tmp_path / f"{name}.py").write_text(f"raise RuntimeError('the user s {name}.py was imported')\n")
     monkeypatch.chdir(tmp_path)
-    command = [sys.executable, "-m", "pipeline.engine.child", "--help"]
+    command = [sys.executable, "-m", "task_engine.fork_server", "--help"]
     result = subprocess.run(command, env=child_environment(os.environ), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and "--family" in result.stdout, result.stderr
+    assert result.returncode == 0 and "--preload" in result.stdout, result.stderr
 
 
 def test_python_m_pipeline_in_a_folder_with_a_common_py_uses_the_package_s(tmp_path):

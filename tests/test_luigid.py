@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import FullRun
-from pipeline.engine.task import META_FILE
 from pipeline.tasks.report import all_upstream
+from task_engine.task import META_FILE
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ import torch
 from models.inference import embed_pairs
 from models.record_check import ModelRecordError, record_checksum
 from models.trained import ModelRecord, load_trained, read_record
-from pipeline.engine.task import threads_per_worker
 from pipeline.tasks.train_inputs import load_pair_data
+from task_engine.task import threads_per_worker
 from tests.cli_runs import crossmodal
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ from PIL import Image
 from pipeline import FullRun, PrepareDataset, Train
 from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import TABLE_1, TABLE_4, VARIANTS, paper_grid
-from pipeline.engine.task import META_FILE
+from task_engine.task import META_FILE
 from tests.luigi_runs import build
 from tests.markdown_tables import section
 

@@ -46,8 +46,8 @@ from evaluation.statistics import paired_bootstrap_items_and_seeds
 from models.batching import BatchSampler
 from models.losses import build_loss
 from models.training import PairData
-from pipeline.engine.outputs import write_json
 from pipeline.tasks.cocos import collect_cocos
+from task_engine.outputs import write_json
 from tests.markdown_tables import section, table_row
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -1,5 +1,6 @@
-"""The run folder's one module (common/run_folder.py, issue 52 item 3): no layout name is spelled anywhere else, and
-its readers of ``_meta.json``, ``history.csv`` and the plan's file refuse what is damaged in one line."""
+"""The run folder's one module (common/run_folder.py, issue 52 item 3, over the engine's part of it in
+task_engine/layout.py and task_engine/files.py): no layout name is spelled anywhere but in its one home, and its
+readers of ``_meta.json``, ``history.csv`` and the plan's file refuse what is damaged in one line."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ from common.hashing import stable_hash
 from common.run_folder import RunFolderError
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("common", "data_recipes", "models", "evaluation", "serving", "pipeline", "benchmarks")
-#: every name of the layout, and the one module that spells it
+PACKAGES = ("task_engine", "common", "data_recipes", "models", "evaluation", "serving", "pipeline", "benchmarks")
+#: every name of the layout, and the one module that spells it: the engine's own (a task output's metadata, a
+#: resumable task's code marker, the folder while built), then the project's
 LAYOUT = {
-    run_folder.META_FILE: "common/run_folder.py",
-    run_folder.CODE_MARKER: "common/run_folder.py",
+    run_folder.META_FILE: "task_engine/layout.py",
+    run_folder.CODE_MARKER: "task_engine/layout.py",
+    ".partial": "task_engine/files.py",
     run_folder.HISTORY_FILE: "common/run_folder.py",
     run_folder.PLAN_FOLDER: "common/run_folder.py",
     run_folder.PLAN_FILE: "common/run_folder.py",
-    ".partial": "common/files.py",
 }
 
 

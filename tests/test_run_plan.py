@@ -12,9 +12,9 @@ import luigi
 import pytest
 
 from pipeline import FullRun
-from pipeline.engine import code_versions
-from pipeline.engine.task import META_FILE
 from pipeline.run.status import DONE, KEPT, STALE, task_plan
+from task_engine import code_versions
+from task_engine.task import META_FILE
 from tests.luigi_runs import build, copied_root
 
 #: Train's recorded code version (a test bumps it by one)
@@ -72,7 +72,7 @@ def test_a_code_change_recomputes_its_task_and_everything_downstream_and_nothing
     result, _ = build([FullRun(run_root=str(root), **SMALL_GRID)])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
     before = metas(root)
-    # the maintainer's answer to a changed loss: python -m pipeline.engine.code_identity --bump Train
+    # the maintainer's answer to a changed loss: python -m pipeline code-versions --bump Train
     bumped = copy.deepcopy(code_versions.recorded())
     bumped["families"]["Train"]["version"] += 1
     monkeypatch.setattr(code_versions, "recorded", lambda: bumped)

@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 from pipeline import Deduplicate, PrepareDataset, PrepareShard, Split
-from pipeline.engine.outputs import output_lock, remove_abandoned_partials
+from task_engine.outputs import output_lock, remove_abandoned_partials
 from tests.luigi_runs import build
 
 pytestmark = pytest.mark.slow

@@ -16,12 +16,12 @@ from pipeline.config.checks import RunConfigurationError
 from pipeline.config.plan import resolve_plan
 from pipeline.config.variant_spec import VariantError
 from pipeline.config.variants import VARIANTS
-from pipeline.engine.outputs import DiskFullError, atomic_directory, save_array, save_array_blocks
 from pipeline.steps.doc2vec import Doc2VecSettings, document_vectors, train_doc2vec
 from pipeline.steps.neighbors import annoy_neighbor_table, exact_neighbors, recall_against_exact
 from pipeline.steps.splits import assign_splits
 from pipeline.steps.text import PAD, UNK, encode_texts, tokenize
 from pipeline.steps.word_vectors import WordVectorSettings, train_word_vectors
+from task_engine.outputs import DiskFullError, atomic_directory, save_array, save_array_blocks
 
 
 def test_splits_are_80_10_10_and_stable_when_data_is_added():

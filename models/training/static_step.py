@@ -78,8 +78,10 @@ def step_shape(plan: StepPlan, loaded: DeviceBatch) -> StepShape:
     )
 
 
-def why_not_static(setup: TrainingSetup, distributed: Distributed) -> str | None:
+def why_not_static(setup: TrainingSetup, distributed: Distributed, settings: TrainSettings | None = None) -> str | None:
     """Why this run cannot take the static step, or None."""
+    if settings is not None and settings.random_resized_crop is not None:
+        return "random resized crops (the captured step has no crop of its own)"
     if distributed.active:
         return "a data-parallel run (the step of one process is captured)"
     if setup.scaler is not None:
@@ -226,7 +228,7 @@ def static_step_for(
     wanted = settings.cuda_graphs and on_cuda
     if not (wanted or force):
         return None
-    reason = why_not_static(setup, distributed)
+    reason = why_not_static(setup, distributed, settings)
     if reason is not None:
         if force:
             raise ValueError(f"the static step cannot run here: {reason}")

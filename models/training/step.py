@@ -17,6 +17,7 @@ from models.acceleration import autocast
 from models.distributed import Distributed, gather_outputs
 from models.loader import DeviceBatch
 from models.settings import TrainSettings
+from models.training.augmentation import randomly_cropped
 from models.training.data import StepPlan
 from models.training.loss_inputs import batch_loss_inputs, compute_losses
 from models.training.setup import TrainingSetup
@@ -65,7 +66,7 @@ def train_step(
     """Forward (under autocast when mixed precision is on; losses always take fp32), the losses of the global
     batch, backward and the optimiser step — with no read-back to the host."""
     setup.train_model.train()
-    images = flipped(loaded.images, plan, setup, settings)
+    images = randomly_cropped(flipped(loaded.images, plan, setup, settings), plan, setup, settings)
     with autocast(setup.amp_dtype, setup.device):
         outputs = setup.train_model(images, loaded.tokens, loaded.lengths)
     outputs = {key: value.float() for key, value in outputs.items()}

@@ -75,14 +75,16 @@ def gpu_shortfall(processes_by_variant: Mapping[str, int], host_gpus: int, sched
 
 
 def check_gpu_fit(processes_by_variant: Mapping[str, int]) -> None:
-    """On a CUDA host, raise :class:`RunConfigurationError` when a variant's ``nproc_per_node`` (given per
-    variant) does not fit (see :func:`gpu_shortfall`). On CPU the processes are gloo processes and always fit."""
-    from pipeline.engine.gpus import host_gpu_count, scheduler_gpu_slots
+    """On a CUDA host, hand Luigi's scheduler its GPU slots (``[resources] gpu``: the host's GPUs times
+    ``[network_tasks] slots_per_gpu`` unless a luigi.cfg sets it; this runs while the run is planned, before Luigi
+    builds its scheduler) and raise :class:`RunConfigurationError` when a variant's ``nproc_per_node`` (given
+    per variant) does not fit (see :func:`gpu_shortfall`). On CPU the processes are gloo processes and always fit."""
+    from task_engine.gpus import declare_gpu_slots, host_gpu_count
 
     gpus = host_gpu_count()
     if not gpus:
         return
-    problem = gpu_shortfall(processes_by_variant, gpus, scheduler_gpu_slots())
+    problem = gpu_shortfall(processes_by_variant, gpus, declare_gpu_slots())
     if problem:
         raise RunConfigurationError(problem)
 

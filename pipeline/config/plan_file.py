@@ -24,7 +24,7 @@ from common.run_folder import PLAN_FILE, PLAN_FOLDER, PLAN_ID_FIELDS, RunFolderE
 from common.run_folder import plan_path as _plan_path
 from pipeline.config.checks import RunConfigurationError
 from pipeline.config.plan import RunPlan
-from pipeline.engine.outputs import write_json
+from task_engine.outputs import write_json
 
 logger = logging.getLogger("luigi-interface")
 

@@ -14,11 +14,28 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+from common.settings import SETTING
+
+
+def switched_off_since_1_0(field: dataclasses.Field, value: Any) -> bool:
+    """Whether ``field`` is a setting added after 1.0 whose default, null, switches a feature off, at that default.
+    Such a field is left out of the JSON (and so of the plan's id and the report's identity): adding it moves no
+    run's plan or report, as a task's hash leaves it out (``common.settings.significant``); reading the JSON back
+    gives it its default. Only null defaults: the settings added after 1.0 before this rule (with other defaults)
+    were in every plan's id from the start, and leaving them out now would move those plans."""
+    info = field.metadata.get(SETTING)
+    return info is not None and info.added_after_1_0 and value is None and field.default is None
+
 
 def as_json(value: Any) -> Any:
-    """A settings object (nested ones included) as plain JSON values: tuples become lists, mappings dicts."""
+    """A settings object (nested ones included) as plain JSON values: tuples become lists, mappings dicts; a
+    setting added after 1.0 that is off is left out (:func:`switched_off_since_1_0`)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: as_json(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not switched_off_since_1_0(f, getattr(value, f.name))
+        }
     if isinstance(value, Mapping):
         return {str(key): as_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):

@@ -25,7 +25,7 @@ from data_recipes.manifest import ManifestError
 from data_recipes.validate import RejectBudgetExceeded
 from models.record_check import ModelRecordError
 from pipeline.config.checks import RunConfigurationError
-from pipeline.engine.outputs import DiskFullError
+from task_engine.outputs import DiskFullError
 
 #: failures caused by the input or the machine, not by a bug: a schema problem, too many rejected rows, a full
 #: disk, a bad name, a raw folder that is not there, a model record edited or damaged since training, a JSON file

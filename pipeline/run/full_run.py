@@ -14,11 +14,23 @@ from pipeline.config.changes import sweep_values
 from pipeline.config.checks import RunConfigurationError, exit_or_raise
 from pipeline.config.plan import RunPlan, with_change
 from pipeline.config.plan_file import hold_plan
+from pipeline.config.profiles import NEEDS_A_GPU
 from pipeline.run.scheduler import check_scheduler
 from pipeline.tasks.base import PlanParams
 from pipeline.tasks.data import Split, check_split_fits
 from pipeline.tasks.report import Report
 from pipeline.tasks.sweep import Sweep
+from task_engine import gpus
+
+
+def check_profile_fits_host(profile: str) -> None:
+    """:class:`RunConfigurationError` for a profile sized for a GPU (``profiles.NEEDS_A_GPU``) on a host without
+    one (counted as the scheduler counts GPUs: no CUDA context), before any work."""
+    if profile in NEEDS_A_GPU and not gpus.host_gpu_count():
+        raise RunConfigurationError(
+            f"profile {profile!r} needs a GPU and this host has none: {NEEDS_A_GPU[profile]}; run it on a GPU host "
+            "(docs/gpu.md), or run demo-finetune here"
+        )
 
 
 class FullRun(PlanParams, luigi.WrapperTask):
@@ -40,6 +52,7 @@ class FullRun(PlanParams, luigi.WrapperTask):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         try:
+            check_profile_fits_host(self.profile)
             self.check_known_data()
             #: each swept value's plan: the run's with that change, resolved and checked now
             self._value_runs = self.sweep_plans() if self.sweep else []

@@ -1,5 +1,5 @@
 """The package's Luigi defaults (``luigi_defaults.cfg`` beside this module): the local scheduler, two workers,
-``[retcode]``, ``[resources] gpu`` and the log level, in any folder the pipeline is started from, under every
+``[retcode]``, ``[network_tasks] slots_per_gpu`` and the log level, in any folder the pipeline is started from, under every
 setting of the user's.
 
 Luigi reads its files once, in the order of ``LuigiConfigParser._config_paths`` (``/etc/luigi/client.cfg``,

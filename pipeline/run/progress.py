@@ -3,7 +3,7 @@
 Why files: Luigi builds tasks in forked workers, so task events would need a channel back from each, and
 workers writing to one terminal interleave. Every task already publishes its state as files (a
 ``.partial`` folder while built, a Train's ``history.csv`` there after each epoch, ``_meta.json`` once
-done: see ``pipeline.engine.task``), so one thread of the main process polls them and alone writes the terminal.
+done: see ``task_engine.task``), so one thread of the main process polls them and alone writes the terminal.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import luigi
 
 from common.run_folder import META_FILE, meta_or_none
 from pipeline.config.plan_file import plan_file_problem, plan_path
-from pipeline.engine.task import HashedTask
+from task_engine.task import HashedTask
 
 DONE, RUN, STALE, KEPT = "done", "run", "stale", "kept"
 

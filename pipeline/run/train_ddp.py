@@ -1,6 +1,6 @@
 """torchrun's entry point for a data-parallel Train: one process of it.
 
-torchrun starts this module (``Train.torchrun_job`` names it, ``pipeline.engine.torchrun`` builds the command; on
+torchrun starts this module (``Train.torchrun_job`` names it, ``task_engine.torchrun`` builds the command; on
 several nodes each node runs the same command) with the Train's parameters and its work directory. Each process joins the group
 (``models.distributed.init_from_environment``), rebuilds the same Train and trains its share into the work
 directory; rank 0 alone writes the checkpoints, the history and the summary the launching Train reads back.
@@ -18,9 +18,9 @@ import torch.distributed as dist
 
 from common.bounded_json import COMMAND_LINE, loads_bounded
 from models.distributed import init_from_environment
-from pipeline.engine.outputs import write_json
-from pipeline.engine.torchrun import SUMMARY_FILE
 from pipeline.tasks.training import Train
+from task_engine.outputs import write_json
+from task_engine.torchrun import SUMMARY_FILE
 
 
 def main(argv: list[str] | None = None) -> None:

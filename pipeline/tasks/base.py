@@ -28,7 +28,7 @@ from pipeline.config.plan_file import hold_plan, read_plan, write_plan
 from pipeline.config.profiles import DEFAULT_PROFILE
 from pipeline.config.run_settings import RunSettings
 from pipeline.config.variant_spec import Variant
-from pipeline.engine.task import HashedTask
+from task_engine.task import HashedTask
 
 logger = logging.getLogger("luigi-interface")
 
@@ -181,7 +181,7 @@ class PlanParams:
         default="", description="the run plan's id (<run_root>/RunPlan/<id>/run_plan.json): given by the task a run starts from"
     )
     profile = luigi.Parameter(
-        default=DEFAULT_PROFILE, description="a profile of pipeline/config/profiles.py: smoke, demo, demo-finetune, paper"
+        default=DEFAULT_PROFILE, description="a profile of pipeline/config/profiles.py: smoke, demo, demo-finetune, demo-gpu, paper"
     )
     set = SettingChangesParameter(
         default=(),

@@ -18,11 +18,11 @@ from models.losses import Loss, build_loss
 from models.losses.checks import COCOS_EPS
 from models.training import PairData, batch_loss_inputs
 from pipeline.config.variant_spec import LossSpec
-from pipeline.engine.outputs import write_json
-from pipeline.engine.task import HashedTask
 from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.train_inputs import load_pair_data, load_trained_model
 from pipeline.tasks.training import Train, VariantParams
+from task_engine.outputs import write_json
+from task_engine.task import HashedTask
 
 #: batches are drawn with this seed for every variant, so variants without neighbors see the same batches
 COCOS_SEED = 0

@@ -34,14 +34,14 @@ from data_recipes.validate import (
     validate_records,
 )
 from pipeline.config.plan import RunPlan
-from pipeline.engine.outputs import read_json, save_frame, write_json
-from pipeline.engine.task import HashedTask
 from pipeline.steps.dedup import deduplicate_reusing
 from pipeline.steps.dedup_quality import dedup_precision_recall
 from pipeline.steps.lsh_store import load_dedup_index, save_dedup_index
 from pipeline.steps.splits import SPLIT_SALT, assign_splits
 from pipeline.steps.stacking import CONTENT_HASH, stack_shards
 from pipeline.tasks.base import PipelineTask
+from task_engine.outputs import read_json, save_frame, write_json
+from task_engine.task import HashedTask
 
 #: what every dataset task writes: the manifest of the pairs it keeps (``cache_row`` into the image cache)
 MANIFEST_OUTPUT = {"manifest": "manifest.parquet"}

@@ -18,14 +18,14 @@ from data_recipes.manifest import image_ids
 from evaluation.evaluate import HEADLINE_PRESERVATION, evaluate_test_split, topics_of_pairs
 from evaluation.protocol import EVAL_SEED, FULL_EVAL, METRICS_SCHEMA
 from models.inference import embed_pairs
-from pipeline.engine.gpus import task_device
-from pipeline.engine.outputs import save_array, write_json
-from pipeline.engine.task import HashedTask
 from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.data import check_split_fits
 from pipeline.tasks.representations import TrainDoc2Vec
 from pipeline.tasks.train_inputs import load_pair_data, load_trained_model, pair_inputs, trunk_inputs
 from pipeline.tasks.training import Train, VariantParams
+from task_engine.gpus import task_device
+from task_engine.outputs import save_array, write_json
+from task_engine.task import HashedTask
 
 
 class Evaluate(VariantParams, PipelineTask):

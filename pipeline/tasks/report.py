@@ -28,8 +28,6 @@ from evaluation.report import (
 )
 from pipeline.config.plan import plan_summary
 from pipeline.config.plan_file import plan_path
-from pipeline.engine.outputs import library_versions, save_text, write_json
-from pipeline.engine.task import HashedTask
 from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.cocos import Cocos
 from pipeline.tasks.data import Deduplicate, PrepareDataset, Split
@@ -38,6 +36,8 @@ from pipeline.tasks.representations import NeighborTables, TrainDoc2Vec, TrainWo
 from pipeline.tasks.search_index import SearchIndex
 from pipeline.tasks.training import Train
 from pipeline.tasks.tuning import TunedRuns
+from task_engine.outputs import library_versions, save_text, write_json
+from task_engine.task import HashedTask
 
 #: the headline, the significance table and Figs. 5–6 compare this method with this baseline
 HEADLINE_METHOD, HEADLINE_BASELINE = OURS_VARIANT, BASELINE_VARIANT

@@ -13,9 +13,6 @@ import numpy as np
 from models.cached_views import CachedViews
 from models.settings import TrainSettings
 from pipeline.config.checks import RunConfigurationError, check_backbone, check_trunk_stages
-from pipeline.engine.gpus import task_device
-from pipeline.engine.outputs import save_array, save_array_blocks, save_frame, write_json
-from pipeline.engine.task import HashedTask
 from pipeline.steps.doc2vec import document_vectors, train_doc2vec
 from pipeline.steps.features import trunk_feature_batches
 from pipeline.steps.neighbors import (
@@ -28,6 +25,9 @@ from pipeline.steps.text import tokenize, vocabulary_coverage
 from pipeline.steps.word_vectors import train_word_vectors
 from pipeline.tasks.base import IdentityIntParameter, PipelineTask
 from pipeline.tasks.data import PrepareDataset, Split, check_split_fits
+from task_engine.gpus import task_device
+from task_engine.outputs import save_array, save_array_blocks, save_frame, write_json
+from task_engine.task import HashedTask
 
 #: the spaces NeighborTables finds neighbors in
 SPACES = ("text", "image")

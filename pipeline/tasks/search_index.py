@@ -16,8 +16,6 @@ import luigi
 import numpy as np
 import pandas as pd
 
-from pipeline.engine.gpus import task_device
-from pipeline.engine.task import HashedTask
 from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.representations import TrainDoc2Vec
@@ -29,6 +27,8 @@ from serving.embed import Embedder
 from serving.gallery import validated_batch
 from serving.index import INDEX_FORMAT_VERSION, GalleryIndex, embed_into
 from serving.runs import bundle_parts
+from task_engine.gpus import task_device
+from task_engine.task import HashedTask
 
 
 class SearchIndex(VariantParams, PipelineTask):

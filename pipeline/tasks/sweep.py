@@ -19,11 +19,11 @@ from evaluation.document import Document
 from evaluation.plots import plot_against_setting
 from evaluation.report.headline import headline_comparison
 from pipeline.config.changes import read_value, sweep_values
-from pipeline.engine.outputs import save_text, write_json
 from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.data import Split
 from pipeline.tasks.report import HEADLINE_METHOD, Report, load_run
 from pipeline.tasks.training import Train
+from task_engine.outputs import save_text, write_json
 
 
 class Sweep(PipelineTask):

@@ -25,14 +25,14 @@ from evaluation.report.headline import headline_comparison
 from evaluation.report.inputs import VariantRun
 from pipeline.config.checks import RunConfigurationError
 from pipeline.config.variant_spec import merge_overrides
-from pipeline.engine.outputs import save_text, write_json
-from pipeline.engine.task import HashedTask
 from pipeline.tasks.base import PipelineTask, VariantChoice
 from pipeline.tasks.data import Split
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.report import load_run
 from pipeline.tasks.training import Train
 from pipeline.tasks.tuning import Tune, final_run
+from task_engine.outputs import save_text, write_json
+from task_engine.task import HashedTask
 
 #: 0 = the cross-modal loss alone on the same batches; 1 = the paper's α, β
 DEFAULT_SCALES = (0.0, 0.5, 1.0, 2.0, 4.0)

@@ -29,12 +29,12 @@ from models.trained import (
 )
 from models.training import PairData
 from pipeline.config.variant_spec import merge_overrides
-from pipeline.engine.gpus import task_device
-from pipeline.engine.task import HashedTask
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.data import PrepareDataset, Split
 from pipeline.tasks.representations import TrainWordVectors, trunk_features_task
+from task_engine.gpus import task_device
+from task_engine.task import HashedTask
 
 #: the name of the vocabulary file in a Train's folder (``Train.outputs["vocab"]``)
 VOCABULARY_FILE = "vocab.json"

@@ -32,9 +32,6 @@ from models.training import (
 from models.training.validation import validation_order
 from pipeline.config.checks import RunConfigurationError
 from pipeline.config.variant_spec import merge_overrides
-from pipeline.engine.gpus import task_device
-from pipeline.engine.task import HashedTask
-from pipeline.engine.torchrun import TorchrunJob, run_with_torchrun
 from pipeline.steps.selection import ValidationScorer, save_ranks
 from pipeline.tasks.base import IdentityIntParameter, PipelineTask, VariantChoice
 from pipeline.tasks.data import check_split_fits
@@ -52,6 +49,9 @@ from pipeline.tasks.train_inputs import (
     with_epoch_cap,
     without_train_setting,
 )
+from task_engine.gpus import task_device
+from task_engine.task import HashedTask
+from task_engine.torchrun import TorchrunJob, run_with_torchrun
 
 #: the module torchrun runs in each process of a data-parallel Train (it rebuilds the Train from its parameters)
 TORCHRUN_ENTRY_POINT = "pipeline.run.train_ddp"

@@ -22,8 +22,6 @@ from luigi.freezing import recursively_unfreeze
 
 from evaluation.selection_metrics import SELECTION_METRICS, ValidationRanking
 from pipeline.config.variant_spec import SearchSpace, VariantError, merge_overrides
-from pipeline.engine.outputs import write_json
-from pipeline.engine.task import HashedTask
 from pipeline.steps.selection import load_ranks
 from pipeline.steps.tuning import (
     HALVING_RULE,
@@ -41,6 +39,8 @@ from pipeline.steps.tuning import (
 from pipeline.tasks.base import PipelineTask, VariantChoice
 from pipeline.tasks.evaluation import Evaluate
 from pipeline.tasks.training import Train
+from task_engine.outputs import write_json
+from task_engine.task import HashedTask
 
 
 def final_run(train: Train, extended_cap: int) -> Train:

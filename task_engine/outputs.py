@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from common import files
-from common.bounded_json import RECORD, read_bounded
-from common.files import PARTIAL_SUFFIX, atomic_path, partial_path
+from task_engine import files
+from task_engine.bounded_json import RECORD, read_bounded
+from task_engine.files import PARTIAL_SUFFIX, atomic_path, partial_path
 
 __all__ = [
     "DiskFullError",
@@ -236,7 +236,7 @@ def remove_abandoned_partials(family_dir: Path, keep: Path) -> list[Path]:
 
 @contextmanager
 def atomic_directory(final: Path, *, resume: bool = False) -> Iterator[Path]:
-    """:func:`common.files.atomic_directory` for a task's output, with a full disk named.
+    """:func:`task_engine.files.atomic_directory` for a task's output, with a full disk named.
 
     The caller holds :func:`output_lock` of ``final`` (``HashedTask.run`` does, and checks completeness under
     it), so the ``.partial`` folder is never shared between processes. ``ENOSPC`` anywhere in the block is

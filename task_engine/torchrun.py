@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.engine.gpus import gpu_slots, scheduler_gpu_slots, visible_gpus
-from pipeline.engine.import_path import child_environment
-from pipeline.engine.outputs import read_json
-from pipeline.engine.spawn import die_with_parent
+from task_engine.gpus import gpu_slots, scheduler_gpu_slots, visible_gpus
+from task_engine.outputs import read_json
+from task_engine.processes import child_environment, die_with_parent
 
 logger = logging.getLogger("luigi-interface")
 
@@ -59,7 +58,7 @@ def torchrun_command(job: TorchrunJob) -> list[str]:
 
 def run_with_torchrun(job: TorchrunJob, work_dir: Path) -> dict[str, Any]:
     """Run ``job`` under torchrun; the summary rank 0 wrote into ``work_dir``. On a GPU host with one node, the
-    processes run on ``nproc_per_node`` GPU slots of different GPUs (:mod:`pipeline.engine.gpus`), which
+    processes run on ``nproc_per_node`` GPU slots of different GPUs (:mod:`task_engine.gpus`), which
     torchrun's processes see as their devices 0, 1, ..."""
     gpus = visible_gpus()
     if gpus and job.nnodes == 1:

@@ -4,13 +4,14 @@ task that runs a network takes.
 Why not ``torch.cuda.is_available()`` in the scheduling process: it initialises the CUDA driver, and a process
 Luigi forks from one that did can never use CUDA again (``Cannot re-initialize CUDA in forked subprocess``).
 ``torch.cuda.device_count()`` asks NVML first and leaves CUDA alone. Tasks that run a network on a GPU host
-run in a process of their own anyway (:mod:`pipeline.engine.spawn`), so nothing depends on this staying
+run in a process of their own anyway (:mod:`task_engine.spawn`), so nothing depends on this staying
 untouched, but the scheduler has no reason to hold a CUDA context either.
 
-Which GPU: Luigi's ``[resources] gpu`` keeps at most that many network tasks running at once, but says
-nothing of which GPU each gets. A task takes a *slot*: an exclusive lock on one of ``gpu`` lock files spread
-over the host's GPUs (slot ``k`` on GPU ``k mod n``), held while it runs. With ``gpu`` equal to the number
-of GPUs each task has a GPU to itself; with twice that, two tasks share each GPU.
+How many at once: ``[network_tasks] slots_per_gpu`` network tasks share one GPU (Luigi's ``[resources] gpu``,
+the host's GPUs times that unless a luigi.cfg sets it, keeps at most that many running). Which GPU: Luigi says
+nothing of it, so a task takes a *slot*: an exclusive lock on one of ``gpu`` lock files spread over the host's
+GPUs (slot ``k`` on GPU ``k mod n``), held while it runs. With one slot per GPU each task has a GPU to itself;
+with two, two tasks share each GPU.
 """
 
 from __future__ import annotations
@@ -116,10 +117,31 @@ def gpu_slot(gpus: list[str], slots: int, folder: Path | None = None, poll_s: fl
 
 
 def scheduler_gpu_slots() -> int:
-    """Luigi's ``[resources] gpu``: how many network tasks one scheduler runs at once on GPUs."""
+    """How many network tasks one scheduler runs at once on this host's GPUs: Luigi's ``[resources] gpu`` when a
+    luigi.cfg sets it (or :func:`declare_gpu_slots` did), else the host's GPUs times ``[network_tasks]
+    slots_per_gpu``."""
     import luigi
 
-    return luigi.configuration.get_config().getint("resources", "gpu", 1)
+    from task_engine.network_tasks import network_tasks
+
+    config = luigi.configuration.get_config()
+    if config.has_option("resources", "gpu"):
+        return config.getint("resources", "gpu")
+    return max(1, host_gpu_count()) * max(1, network_tasks().slots_per_gpu)
+
+
+def declare_gpu_slots() -> int:
+    """Hand Luigi's scheduler its ``gpu`` resource, :func:`scheduler_gpu_slots`, as ``[resources] gpu`` when no
+    file sets it (Luigi reads that section when it builds its scheduler: the scheduling process calls this
+    before, e.g. while the root task is built, after the command line is read); the slots."""
+    import luigi
+    from luigi.configuration import LuigiTomlParser
+
+    config = luigi.configuration.get_config()
+    slots = scheduler_gpu_slots()
+    if not config.has_option("resources", "gpu"):  # both of Luigi's parsers add a missing section
+        config.set("resources", "gpu", slots if isinstance(config, LuigiTomlParser) else str(slots))
+    return slots
 
 
 def task_device():  # noqa: ANN201 - torch.device, imported only when a task runs a network

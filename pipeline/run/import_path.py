@@ -10,17 +10,20 @@ repository's own folder, where the working folder is where the packages are. An 
 -e``) is found by setuptools' finder after every path entry, the working folder included: its folder goes on the
 path just before the working folder. A ``pipeline.py`` (or ``pipeline/``) in the working folder is what
 ``python -m pipeline`` runs before any of this: ``crossmodal-pipeline`` is the same command without the working
-folder on the path (docs/usage.md). The processes the pipeline starts itself
-(``python -m pipeline.engine.child``, torchrun's) get :func:`child_environment`: outside the repository, no
-working folder on their path at all (``PYTHONSAFEPATH``, Python 3.11+), so not even a ``pipeline.py`` there can
-stand in for the package.
+folder on the path (docs/usage.md). The processes the pipeline starts itself (the engine's server of network
+tasks, torchrun's) get :func:`task_engine.processes.child_environment`: outside the repository, no working folder on
+their path at all (``PYTHONSAFEPATH``, Python 3.11+), so not even a ``pipeline.py`` there can stand in for the
+package.
+
+Here, in ``pipeline``, and not in the engine: ``pipeline`` is imported by then, so this module is found inside
+it whatever the working folder holds (a module of another top-level package would be looked up on the very path
+it is to repair).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 #: the folder that holds the package ``pipeline``: the repository in a clone, site-packages when installed
@@ -33,14 +36,6 @@ def working_folder_first(argv: list[str], path: list[str], cwd: str) -> bool:
         return False
     first = Path(path[0] or cwd).resolve()
     return first == Path(cwd).resolve() and first != SOURCE_ROOT
-
-
-def child_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` for a ``python -m pipeline...`` child process: with ``PYTHONSAFEPATH=1`` unless it starts in the
-    repository's folder (where the working folder holds the packages the parent runs)."""
-    if Path.cwd().resolve() == SOURCE_ROOT:
-        return dict(env)
-    return {**env, "PYTHONSAFEPATH": "1"}
 
 
 def keep_working_folder_behind() -> None:

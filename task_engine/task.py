@@ -18,11 +18,12 @@ from typing import Any, ClassVar
 
 import luigi
 
-from common.hashing import stable_hash
-from common.run_folder import CODE_MARKER, META_FILE, read_meta
-from pipeline.engine.code_versions import version_of
-from pipeline.engine.gpus import host_gpu_count
-from pipeline.engine.outputs import (
+from task_engine.child import gpu_memory_peak, reset_gpu_memory_peak
+from task_engine.code_versions import version_of
+from task_engine.gpus import host_gpu_count
+from task_engine.hashing import stable_hash
+from task_engine.layout import CODE_MARKER, META_FILE, read_meta
+from task_engine.outputs import (
     atomic_directory,
     library_versions,
     output_lock,
@@ -31,7 +32,7 @@ from pipeline.engine.outputs import (
     remove_abandoned_partials,
     write_json,
 )
-from pipeline.engine.spawn import produce_in_own_process, runs_in_own_process
+from task_engine.spawn import produce_in_own_process, runs_in_own_process
 
 __all__ = ["CODE_MARKER", "META_FILE", "HashedTask", "stable_hash", "threads_per_worker"]
 
@@ -78,7 +79,7 @@ class HashedTask(luigi.Task):
     #: keep a killed run's partial output (checkpoints) and resume from it
     resumable = False
     #: the task runs a network (an image trunk, a trained model): on a GPU host it may produce in a process of
-    #: its own (:mod:`pipeline.engine.spawn`), and its summary says the ``device`` it ran on, which the
+    #: its own (:mod:`task_engine.spawn`), and its summary says the ``device`` it ran on, which the
     #: output's ``_meta.json`` records
     runs_network: ClassVar[bool] = False
     #: the files this task writes, by name: other tasks read them only through :meth:`load` (or
@@ -151,7 +152,7 @@ class HashedTask(luigi.Task):
 
     def code(self, version: Any = version_of) -> dict[str, Any]:
         """This output's code record under ``version`` (family -> version; today's by default): what
-        ``_meta.json`` holds when every input was made by that code (``pipeline.engine.code_identity``)."""
+        ``_meta.json`` holds when every input was made by that code (``task_engine.code_identity``)."""
         cache = self.__dict__.setdefault("_code", {})
         if version in cache:
             return cache[version]
@@ -270,7 +271,7 @@ class HashedTask(luigi.Task):
         import torch  # imported here: the scheduler process never needs it
 
         torch.set_num_threads(threads_per_worker())
-        # one process at a time builds this output (pipeline.engine.outputs.output_lock): a second run on the same run
+        # one process at a time builds this output (task_engine.outputs.output_lock): a second run on the same run
         # root that scheduled this task too waits here, then takes the first one's output as it is
         with output_lock(self.output_dir()):
             if self.complete():
@@ -282,7 +283,7 @@ class HashedTask(luigi.Task):
             started = time.time()
             with atomic_directory(self.output_dir(), resume=self.resumable) as work_dir:
                 self._start_with_todays_code(work_dir)
-                summary = self._produce_where_it_may(work_dir)
+                summary, gpu_peak = self._produce_where_it_may(work_dir)
                 dynamic = self._known_dynamic()  # they have run by now
                 inputs = self._inputs_with(dynamic or [])
                 write_json(
@@ -302,6 +303,8 @@ class HashedTask(luigi.Task):
                         "versions": library_versions(),
                         "code": self.produced_code(inputs),
                         **({"device": summary.get("device", "cpu")} if self.runs_network else {}),
+                        # what decides how many such tasks share a GPU (docs/gpu.md, "Slots per GPU")
+                        **({"gpu_memory_peak_bytes": gpu_peak} if gpu_peak is not None else {}),
                         **({"dynamic": _names(dynamic)} if dynamic else {}),
                         # this build, and the build of each output it was made from: one made again later (deleted
                         # and rebuilt) makes this one incomplete
@@ -316,18 +319,20 @@ class HashedTask(luigi.Task):
     @property
     def resources(self) -> dict[str, int]:
         """A network task takes one unit of Luigi's ``gpu`` resource on a GPU host (``[resources] gpu`` says how
-        many a scheduler hands out, and so how many share the host's GPUs: :mod:`pipeline.engine.gpus`);
+        many a scheduler hands out, and so how many share the host's GPUs: :mod:`task_engine.gpus`);
         nothing on CPU, where Luigi would count an undeclared resource as 1 and run them one at a time."""
         return {"gpu": 1} if self.runs_network and host_gpu_count() else {}
 
     def runs_in_own_process(self) -> bool:
-        """Whether :meth:`produce` runs in a process of its own (:mod:`pipeline.engine.spawn`)."""
+        """Whether :meth:`produce` runs in a process of its own (:mod:`task_engine.spawn`)."""
         return self.runs_network and runs_in_own_process()
 
-    def _produce_where_it_may(self, work_dir: Path) -> dict[str, Any]:
+    def _produce_where_it_may(self, work_dir: Path) -> tuple[dict[str, Any], int | None]:
+        """:meth:`produce`'s summary, and the peak GPU memory it held (None without a GPU)."""
         if self.runs_in_own_process():
             return produce_in_own_process(self, work_dir, threads_per_worker())
-        return self.produce(work_dir)
+        reset_gpu_memory_peak()
+        return self.produce(work_dir), gpu_memory_peak()
 
     def _start_with_todays_code(self, work_dir: Path) -> None:
         """A resumable task's work folder kept from a killed run of other code is emptied (its checkpoints

@@ -1,7 +1,8 @@
 """Which version of the project's code made an output, so that a rerun never takes yesterday's result as today's.
 
 An output's path hashes its settings and its upstream outputs (``HashedTask.signature``), never the code. The
-code is tracked beside it, by a version per task family recorded in ``pipeline/engine/code_versions.json``:
+code is tracked beside it, by a version per task family recorded in the project's versions file
+(:attr:`task_engine.code_versions.CodeBase.versions_file`):
 
 * every output's ``_meta.json`` records its **code lineage**: the version of its own family and of every task
   family upstream of it. An output whose lineage differs from the current one is **stale**: ``complete()``
@@ -10,8 +11,8 @@ code is tracked beside it, by a version per task family recorded in ``pipeline/e
 * each family's entry also holds a **fingerprint**: a hash of the source of every project module the task's
   module imports (docstrings, comments and formatting left out). ``tests/test_code_identity.py`` fails when a
   fingerprint no longer matches the code, and the maintainer decides: a change of what the task computes
-  bumps its version (``python -m pipeline.engine.code_identity --bump Train``: its outputs and their downstream are
-  recomputed), a refactor only records the new fingerprint (``--record``: nothing is recomputed).
+  bumps its version (:func:`main` with ``--bump Train``, the project's command for it: its outputs and their
+  downstream are recomputed), a refactor only records the new fingerprint (``--record``: nothing is recomputed).
 
 Why not hash the source into the path (automatic, but every refactor or comment-free rename would retrain
 the whole demo) and why not a version alone (forgotten the first time a loss changes): the fingerprint makes
@@ -32,8 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pipeline.engine.code_versions import VERSIONS_FILE, code_base, recorded, version_of
-from pipeline.engine.task import HashedTask
+from task_engine.code_versions import code_base, recorded, version_of
+from task_engine.task import HashedTask
 
 
 # ---------------------------------------------------------------------------------------- fingerprints
@@ -166,14 +167,16 @@ def write_versions(bump: Iterable[str] = ()) -> dict[str, Any]:
         version = version_of(family) + (family in bump)
         entries[family] = {"version": version, "fingerprint": fingerprint(cls)}
     payload = {"python": f"{sys.version_info.major}.{sys.version_info.minor}", "families": entries}
-    VERSIONS_FILE.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    code_base().versions_file.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     recorded.cache_clear()
     return payload
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The maintainer's command, run by the project once it has declared its code base (:func:`task_engine.code_versions.configure`):
+    list the families whose code changed, or record the decision (``--record`` / ``--bump FAMILY``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.engine.code_identity",
+        prog=prog,
         description="Compare each task's code with its recorded fingerprint; record a refactor or bump a version.",
     )
     group = parser.add_mutually_exclusive_group()
@@ -186,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         for family, entry in payload["families"].items():
             if entry["version"] != before[family]:
                 print(f"{family}: version {before[family]} -> {entry['version']} (its outputs and their downstream are recomputed)")
-        print(f"recorded {len(payload['families'])} fingerprints in {VERSIONS_FILE}")
+        print(f"recorded {len(payload['families'])} fingerprints in {code_base().versions_file}")
         return 0
     changes = changed_families()
     for family, why in changes.items():
@@ -199,7 +202,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print("every task's code matches its recorded fingerprint")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
