@@ -22,6 +22,7 @@ The record (``RECORD_FORMAT`` 1)::
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -117,15 +118,14 @@ def record_for(
     image_size: int,
     max_text_tokens: int,
     tokenizer_version: int,
-    vocabulary_file: Path,
-    vocabulary_name: str,
-    vocabulary_size: int,
+    vocabulary: dict[str, Any],
     frozen_trunk_seed: int | None = None,
     frozen_trunk_weights_loaded: bool | None = None,
     frozen_trunk_weights: dict[str, str] | None = None,
     trunk_training: dict[str, Any] | None = None,
 ) -> ModelRecord:
-    """The record of a model about to be trained with these settings (its normalisation read off its trunk)."""
+    """The record of a model about to be trained with these settings (its normalisation read off its trunk);
+    ``vocabulary``: ``{"file", "size", "sha256"}`` (:func:`vocabulary_entry`)."""
     mean, std = trunk_normalisation(encoder.backbone)
     spatial = needs_spatial_features(model)
     cached = {"pretrained": encoder.pretrained, "seed": frozen_trunk_seed, "weights_loaded": frozen_trunk_weights_loaded}
@@ -141,10 +141,15 @@ def record_for(
         std=std,
         max_text_tokens=max_text_tokens,
         tokenizer_version=tokenizer_version,
-        vocabulary={"file": vocabulary_name, "size": vocabulary_size, "sha256": file_sha256(vocabulary_file)},
+        vocabulary=dict(vocabulary),
         frozen_trunk=cached if trunk_mode(encoder.trunk).cached_features else None,
         trunk_training=trunk_training,
     )
+
+
+def vocabulary_entry(file: Path, name: str, size: int) -> dict[str, Any]:
+    """What a record says of the vocabulary in ``file``: the name of its copy beside the record, its size and SHA-256."""
+    return {"file": name, "size": size, "sha256": file_sha256(file)}
 
 
 def trunk_training_record(settings: TrainSettings, warm_start: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -160,7 +165,7 @@ def trunk_training_record(settings: TrainSettings, warm_start: dict[str, Any] | 
         raise ValueError("a warm-started run's record names its parent, and only such a run's")
     record = {
         "trained_stages": "all" if mode.trained_stages is None else mode.trained_stages,
-        "stages": build_trunk(settings.backbone, False).stage_count,
+        "stages": trunk_facts(settings.backbone)[2],
         "batchnorm": settings.trunk_batchnorm,
         "learning_rate_scale": settings.trunk_learning_rate_scale,
         "horizontal_flip": settings.horizontal_flip,
@@ -205,8 +210,16 @@ def with_starting_weights(record: ModelRecord, model: nn.Module) -> ModelRecord:
 
 def trunk_normalisation(backbone: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The pixel mean and std a trunk expects (read off a trunk built without downloading weights)."""
+    mean, std, _ = trunk_facts(backbone)
+    return mean, std
+
+
+@functools.cache
+def trunk_facts(backbone: str) -> tuple[tuple[float, ...], tuple[float, ...], int | None]:
+    """A trunk's pixel mean and std and its stage count, read once per process off a trunk built without weights
+    (a ResNet-50 takes a third of a second to build; every record of a run asks)."""
     trunk = build_trunk(backbone, False)
-    return tuple(trunk.mean), tuple(trunk.std)
+    return tuple(trunk.mean), tuple(trunk.std), trunk.stage_count
 
 
 def write_record(record: ModelRecord, path: Path) -> None:
