@@ -136,6 +136,7 @@ def test_child_processes_outside_the_repository_get_no_working_folder(tmp_path, 
     assert child_environment({"A": "1"}) == {"A": "1"}
 
 
+@pytest.mark.slow
 def test_a_child_process_in_a_folder_with_a_pipeline_py_still_runs_the_package_s(tmp_path, monkeypatch):
     """What spawn.py and torchrun.py start (``python -m pipeline...``) in a user's folder holding a ``pipeline.py``:
     without the working folder on its path (``PYTHONSAFEPATH``) the child imports the package, not that file."""
@@ -146,6 +147,7 @@ def test_a_child_process_in_a_folder_with_a_pipeline_py_still_runs_the_package_s
     assert result.returncode == 0 and "--family" in result.stdout, result.stderr
 
 
+@pytest.mark.slow
 def test_python_m_pipeline_in_a_folder_with_a_common_py_uses_the_package_s(tmp_path):
     """The real thing in this environment: a ``common.py`` beside ``python -m pipeline`` that raises on import."""
     (tmp_path / "common.py").write_text("raise RuntimeError('the user s common.py was imported')\n")
