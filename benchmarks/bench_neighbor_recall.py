@@ -19,12 +19,13 @@ from pathlib import Path
 import numpy as np
 from annoy import AnnoyIndex
 
+from common.bounded_json import read_bounded
 from pipeline.steps.neighbors import ANNOY_METRIC, build_annoy_index, exact_neighbors
 
 
 def stored_vectors(path: Path) -> np.ndarray:
     """The unit-normalised vectors an Annoy file holds (its width read from the table's ``neighbors.json``)."""
-    width = json.loads((path.parent / "neighbors.json").read_text())["annoy"]["dim"]
+    width = read_bounded(path.parent / "neighbors.json")["annoy"]["dim"]
     index = AnnoyIndex(width, ANNOY_METRIC)
     index.load(str(path))
     vectors = np.array([index.get_item_vector(i) for i in range(index.get_n_items())], dtype=np.float32)

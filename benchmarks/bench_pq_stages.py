@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_backends import WARMUP, WIDTH, interleaved, synthetic  # noqa: E402
+from common.bounded_json import read_bounded  # noqa: E402
 from serving.compressed_search import training_rows  # noqa: E402
 from serving.faiss_search import every_core  # noqa: E402
 from serving.neighbors import ExactSearch  # noqa: E402
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         args.items, args.queries = 2_000, 20
     rows = run(args.gallery, args.items, args.queries)
     if args.json:
-        previous = json.loads(args.json.read_text()) if args.json.exists() else []
+        previous = read_bounded(args.json) if args.json.exists() else []
         args.json.write_text(json.dumps(previous + rows, indent=2) + "\n")
     return rows
 

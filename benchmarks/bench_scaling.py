@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.bounded_json import read_bounded
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = (2_000, 8_000, 32_000, 128_000)
 QUICK_SIZES = (2_000, 8_000)
@@ -326,7 +328,7 @@ def measure(stage: str, size: int, work: Path, profile: str) -> Measurement:
     if code != 0:
         tail = log.read_text().splitlines()[-30:]
         raise RuntimeError(f"{stage} at {size} pairs exited {code}; log {log}:\n" + "\n".join(tail))
-    child = json.loads(out.read_text())
+    child = read_bounded(out)
     extra = {**child["extra"], "torch_threads": child["torch_threads"]}
     return Measurement(stage, size, child["seconds"], child["peak_rss_mb"], child["baseline_rss_mb"], extra)
 

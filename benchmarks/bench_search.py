@@ -43,9 +43,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common.bounded_json import read_bounded  # noqa: E402
 from common.tokenizer import TOKENIZER_VERSION  # noqa: E402
 from models.backbones import build_trunk  # noqa: E402
-from models.encoders import EncoderConfig  # noqa: E402
+from models.config import ModelConfig  # noqa: E402
 from models.registry import build_model  # noqa: E402
 from serving.bundle import Bundle  # noqa: E402
 from serving.embed import Embedder  # noqa: E402
@@ -78,7 +79,7 @@ def demo_sized_embedder() -> Embedder:
     """The demo profile's architecture through serving's Embedder (random weights: the cost is the same)."""
     torch.manual_seed(0)
     vocab = {f"w{i}": i + 2 for i in range(5000)} | {w.lower(): 9 for w in TEXT.replace(".", "").split()}
-    config = EncoderConfig(
+    config = ModelConfig(
         backbone="efficientnet_lite0",
         pretrained=False,
         embed_dim=WIDTH,
@@ -360,7 +361,7 @@ def main(argv: list[str] | None = None) -> dict:
             run(sizes, queries, out, Path(tmp), args.hnsw or HNSW_GRID, args.pq or PQ_GRID)
         return {}
     if args.render:
-        print(markdown(json.loads(Path(args.render).read_text())), end="")
+        print(markdown(read_bounded(Path(args.render))), end="")
         return {}
     if args.annoy_sweep:
         with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:

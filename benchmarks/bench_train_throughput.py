@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from result_files import add_out_option, out_path, write_results
 
+from common.bounded_json import read_bounded
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment
 from models.training import PairData, Trainer, TrainingData
 from models.training.run import build_training_run, record_in_memory
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for name in ("image_size", "batch_size", "steps", "warmup", "pairs")
             ]
             subprocess.run(command, check=True)
-            rates[f"fast_loop_{args.processes}_processes"] = json.loads(out.read_text())["images_per_second"]
+            rates[f"fast_loop_{args.processes}_processes"] = read_bounded(out)["images_per_second"]
     result = {
         "device": torch.cuda.get_device_name(0) if on_cuda else f"CPU ({torch.get_num_threads()} threads)",
         "backbone": settings.backbone,

@@ -34,6 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+from common.bounded_json import read_bounded
+from common.files import PARTIAL_SUFFIX
+from common.run_folder import HISTORY_FILE
+
 ROOT = Path(__file__).resolve().parent.parent
 PRECISIONS = {"fp32": "off", "bf16": "bf16"}
 DIRECTIONS = ("i2t", "t2i")
@@ -57,10 +61,10 @@ def command(args: argparse.Namespace, amp: str, run_root: Path) -> list[str]:
 def read_runs(run_root: Path, report: Path) -> list[dict]:
     """Each run of ``report``: its seed, validation curves and test 5-way R@1."""
     runs = []
-    for entry in json.loads((report / "run_index.json").read_text())["runs"]:
-        with open(run_root / entry["train"] / "history.csv", newline="") as handle:
+    for entry in read_bounded(report / "run_index.json")["runs"]:
+        with open(run_root / entry["train"] / HISTORY_FILE, newline="") as handle:
             history = list(csv.DictReader(handle))
-        metrics = json.loads((run_root / entry["evaluate"] / "metrics.json").read_text())
+        metrics = read_bounded(run_root / entry["evaluate"] / "metrics.json")
         runs.append(
             {
                 "variant": entry["variant"],
@@ -82,7 +86,7 @@ def run_precision(args: argparse.Namespace, name: str, run_root: Path) -> dict:
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"bf16_check: the {name} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    reports = [path for path in set((run_root / "Report").glob("*")) - before if not path.name.endswith(".partial")]
+    reports = [path for path in set((run_root / "Report").glob("*")) - before if not path.name.endswith(PARTIAL_SUFFIX)]
     if len(reports) != 1:
         raise SystemExit(f"bf16_check: expected one new Report for the {name} run, found {len(reports)}")
     return {"seconds": round(seconds, 1), "report": reports[0].name, "runs": read_runs(run_root, reports[0])}

@@ -14,12 +14,13 @@ given them), e.g. Ours with in-batch neighbors against Ours with neighbors as ex
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 from compare_run_roots import point_of  # this folder (a script: its folder is on sys.path)
 
+from common.bounded_json import COMMAND_LINE, loads_bounded
+from common.run_folder import finished_outputs, meta_field
 from evaluation.evaluate import HEADLINE_PRESERVATION
 from evaluation.statistics import paired_bootstrap_items_and_seeds
 
@@ -27,13 +28,12 @@ from evaluation.statistics import paired_bootstrap_items_and_seeds
 def outcomes(run_root: Path, variant: str, overrides: dict) -> dict[str, dict[int, np.ndarray]]:
     """Per outcome (i2t, t2i, NP image, NP text), the per-item arrays of each seed's Evaluate output."""
     found: dict[str, dict[int, np.ndarray]] = {}
-    for meta_path in sorted(run_root.glob("Evaluate/*/_meta.json")):
-        meta = json.loads(meta_path.read_text())
-        params = meta["params"]
+    for folder in finished_outputs(run_root, "Evaluate"):
+        params = meta_field(folder, "params")
         # _meta.json keeps parameters as Python reprs
         if params["variant"] != variant or point_of(params) != overrides:
             continue
-        folder, seed = meta_path.parent, int(params["seed"])
+        seed = int(params["seed"])
         for direction in ("i2t", "t2i"):
             found.setdefault(direction, {})[seed] = np.load(folder / f"{direction}_hits.npy").mean(axis=0)
         for modality, name in HEADLINE_PRESERVATION.items():
@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     args = parser.parse_args(argv)
     if args.quick:
         args.resamples = 200
-    a = outcomes(args.run_root, args.a[0], json.loads(args.a[1]))
-    b = outcomes(args.run_root, args.b[0], json.loads(args.b[1]))
+    a = outcomes(args.run_root, args.a[0], loads_bounded(args.a[1], "--a", COMMAND_LINE))
+    b = outcomes(args.run_root, args.b[0], loads_bounded(args.b[1], "--b", COMMAND_LINE))
     print(
         f"A = {args.a[0]} {args.a[1]} seeds {sorted(a['i2t'])}; B = {args.b[0]} {args.b[1]} seeds {sorted(b['i2t'])}"
     )

@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common.bounded_json import read_bounded
+from common.run_folder import declared_output, finished_outputs, meta_field
+
 #: keys whose values legitimately differ between two runs of the same settings
 VOLATILE = re.compile(
     r"(wall_time|seconds|per_second|finished_at|signature|serve_command|version|_path$|^path$|file$|"
@@ -70,11 +73,11 @@ def point_of(params: dict[str, str]) -> dict:
 
 def evaluations(root: Path, renames: list[tuple[str, str]], ignore_overrides: bool = False) -> dict[tuple, Any]:
     found = {}
-    for meta_path in sorted(root.glob("Evaluate/*/_meta.json")):
-        params = json.loads(meta_path.read_text())["params"]
+    for folder in finished_outputs(root, "Evaluate"):
+        params = meta_field(folder, "params")
         overrides = "" if ignore_overrides else str(point_of(params))
         key = (params["variant"], int(params["seed"]), overrides)
-        found[key] = normalised(json.loads((meta_path.parent / "metrics.json").read_text()), renames)
+        found[key] = normalised(read_bounded(declared_output(folder, "metrics")), renames)
     return found
 
 
@@ -82,7 +85,7 @@ def newest_report(root: Path, renames: list[tuple[str, str]]) -> Any:
     reports = sorted(root.glob("Report/*/report.json"), key=lambda p: p.stat().st_mtime)
     if not reports:
         raise SystemExit(f"no Report/*/report.json under {root}")
-    return normalised(json.loads(reports[-1].read_text()), renames)
+    return normalised(read_bounded(reports[-1]), renames)
 
 
 def digest(value: Any) -> str:

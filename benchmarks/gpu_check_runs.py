@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.run_folder import finished_outputs, read_meta
+
 ROOT = Path(__file__).resolve().parent.parent
 #: the task families whose outputs come from a network, so must say which device ran it
 NETWORK_FAMILIES = ("TrunkFeatures", "Train", "Evaluate", "Cocos", "SearchIndex")
@@ -55,10 +57,8 @@ def recorded_devices(run_root: Path) -> dict[str, list[str]]:
     """Per network family, the ``"device"`` of each finished output folder (``"missing"`` where absent)."""
     devices: dict[str, list[str]] = {}
     for family in NETWORK_FAMILIES:
-        for meta in sorted((run_root / family).glob("*/_meta.json")):
-            if meta.parent.name.endswith(".partial"):
-                continue
-            devices.setdefault(family, []).append(str(json.loads(meta.read_text()).get("device", "missing")))
+        for folder in finished_outputs(run_root, family):
+            devices.setdefault(family, []).append(str(read_meta(folder).get("device", "missing")))
     return devices
 
 

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 from result_files import write_results
 
+from common.bounded_json import COMMAND_LINE, loads_bounded
 from evaluation.selection_metrics import SELECTION_METRICS, QueryRanks, ValidationRanking
 
 #: the order of the table's columns
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cache = Path(args.cache or Path(args.root) / ("_selection_study_quick" if args.quick else "_selection_study"))
     cache.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",")]
-    grid = json.loads(args.grid)
+    grid = loads_bounded(args.grid, "--grid", COMMAND_LINE)
     dataset = {"dataset": args.dataset, "raw_dir": args.raw_dir}
     jobs, keys = [], {}
     for variant, space in grid.items():

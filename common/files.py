@@ -18,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+#: ``<final>.partial``: a folder while it is built (common.run_folder describes the whole layout)
+PARTIAL_SUFFIX = ".partial"
+
 
 def create_temp_file(folder: Path, prefix: str, suffix: str) -> Path:
     """An empty file with a fresh random name in ``folder``, created with the mode the umask gives an ordinary
@@ -57,7 +60,7 @@ def atomic_path(final: Path) -> Iterator[Path]:
 def partial_path(final: Path) -> Path:
     """Where the folder ``final`` is built before it is renamed into place."""
     final = Path(final)
-    return final.with_name(final.name + ".partial")
+    return final.with_name(final.name + PARTIAL_SUFFIX)
 
 
 @contextmanager

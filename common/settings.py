@@ -11,12 +11,19 @@ Only the standard library: every package declares its settings with it (``common
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+import math
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 #: a field's metadata key holding its :class:`SettingInfo`
 SETTING = "setting"
+#: the default of a field that has none: every object is made with it, and a file must hold it (a record's model)
+REQUIRED: Any = dataclasses.MISSING
+#: how a refusal names an object read from a file as a whole (an unknown field of it, or not an object at all)
+WHOLE_OBJECT = "(the whole object)"
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,11 @@ def between(low: float, high: float, *, low_open: bool = True, high_open: bool =
         return (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
 
     return Limit(test, f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
+
+
+def or_null(limit: Limit) -> Limit:
+    """What ``limit`` accepts, or null (a field a file may leave out)."""
+    return Limit(lambda v: v is None or limit.accepts(v), f"{limit.describe()} or null")
 
 
 def one_of(*values: Any) -> Limit:
@@ -121,6 +133,10 @@ class SettingInfo:
     acts: Callable[[Any], bool] | None = None
     #: ``acts`` as a reader reads it (``the trunk trains``)
     acts_text: str = ""
+    #: a JSON object field: the declared class whose fields it holds (checked as that class, kept as a dict)
+    shape: type | None = None
+    #: a file may leave it out (it reads as its default): a field added after files without it were written
+    optional: bool = False
 
     def choices_text(self) -> str:
         """The range or choices as a reader reads them (empty: the type says it all)."""
@@ -137,23 +153,39 @@ def setting(
     profile_only: bool = False,
     acts: Callable[[Any], bool] | None = None,
     acts_text: str = "",
+    shape: type | None = None,
+    optional: bool = False,
 ) -> Any:
-    """A settings field: its default (a dict or list default is copied for each object), range or choices,
-    significance and one-line description. ``acts``: when the field acts, given the settings object it is part of
-    (``acts_text`` says it in words); where it does not act, the field is left out of the hash."""
+    """A settings field: its default (a dict or list default is copied for each object; :data:`REQUIRED`: none),
+    range or choices, significance and one-line description. ``acts``: when the field acts, given the settings
+    object it is part of (``acts_text`` says it in words); where it does not act, the field is left out of the
+    hash. ``shape`` and ``optional``: how a file holds it."""
     if (acts is None) != (not acts_text):
         raise TypeError("a setting's acts and acts_text are given together")
-    info = SettingInfo(description, limit, operational, added_after_1_0, profile_only, acts, acts_text)
+    info = SettingInfo(description, limit, operational, added_after_1_0, profile_only, acts, acts_text, shape, optional)
+    if default is REQUIRED:
+        return dataclasses.field(metadata={SETTING: info})
     if isinstance(default, (dict, list)):
         factory = (lambda value: lambda: type(value)(value))(default)
         return dataclasses.field(default_factory=factory, metadata={SETTING: info})
     return dataclasses.field(default=default, metadata={SETTING: info})
 
 
-def redeclared(cls: type, name: str, default: Any) -> Any:
-    """Field ``name`` of settings class ``cls`` with another default, for a subclass of it: its description, range
-    and kind stay the ones ``cls`` declares."""
+#: ``redeclared``'s default: the declaring class's own default
+_SAME_DEFAULT: Any = object()
+
+
+def redeclared(cls: type, name: str, default: Any = _SAME_DEFAULT) -> Any:
+    """Field ``name`` of class ``cls`` as another class holds it (a subclass, or a class sharing the setting: the
+    training settings hold the model config's sizes): its description, range and kind are the ones ``cls``
+    declares; its default too, unless ``default`` gives another (:data:`REQUIRED`: none)."""
     field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if default is _SAME_DEFAULT:
+        if field.default_factory is not dataclasses.MISSING:
+            return dataclasses.field(default_factory=field.default_factory, metadata=field.metadata)
+        default = field.default
+    if default is REQUIRED:
+        return dataclasses.field(metadata=field.metadata)
     return dataclasses.field(default=default, metadata=field.metadata)
 
 
@@ -183,14 +215,99 @@ class SettingValueError(ValueError):
 
 
 def check_declared(settings: Any) -> None:
-    """Raise a :class:`SettingValueError` for the first field of ``settings`` its range refuses (a settings class's
-    ``__post_init__`` calls it, so no settings object holds a value out of its range: a nested group was checked
-    when it was made)."""
+    """Raise a :class:`SettingValueError` for the first field of ``settings`` its range refuses, or whose object
+    does not fit its declared shape (a settings class's ``__post_init__`` calls it, so no settings object holds a
+    value out of its range: a nested group was checked when it was made)."""
     for field in dataclasses.fields(settings):
-        limit = info_of(field).limit
+        info = info_of(field)
         value = getattr(settings, field.name)
-        if limit is not None and not limit.accepts(value):
-            raise SettingValueError(field.name, limit.refusal(value))
+        if info.shape is not None and value is not None:
+            read_declared(info.shape, value, field.name)
+        if info.limit is not None and not info.limit.accepts(value):
+            raise SettingValueError(field.name, info.limit.refusal(value))
+
+
+# ----------------------------------------------------------------------------------- values read from files
+def shown(value: Any, most: int = 80) -> str:
+    """``repr(value)``, cut to ``most`` characters (a value read from outside may be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def type_name(hint: Any) -> str:
+    """A type as a reader reads it: ``an integer``, ``a list of strings``, ``an integer or null``."""
+    name = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}.get(hint)
+    if name:
+        return name
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(option) for option in typing.get_args(hint))
+    if origin is tuple:
+        return f"a list of {type_name(typing.get_args(hint)[0]).split(' ', 1)[-1]}s"
+    if origin is dict or hint is dict or (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+        return "an object"
+    return str(hint)
+
+
+def typed(value: Any, hint: Any, where: str = "") -> Any:
+    """``value`` (read from JSON or a command line) as the type ``hint`` says — an int is a float too, a list a
+    tuple, an object of a declared class that class (:func:`read_declared`) — or a :class:`SettingValueError`
+    naming ``where`` and what the value is not."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(hint):
+            try:
+                return typed(value, option, where)
+            except SettingValueError:
+                continue
+        raise SettingValueError(where, f"{shown(value)} is not {type_name(hint)}")
+    if hint is Any:
+        return value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return read_declared(hint, value, where)
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):  # JSON's NaN, Infinity and 1e400 parse; no setting takes them
+            raise SettingValueError(where, f"{shown(value)} is not a finite number")
+        return float(value)
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if (hint is type(None) and value is None) or (hint in (bool, str) and isinstance(value, hint)):
+        return value
+    if origin is tuple and isinstance(value, (list, tuple)):
+        item = typing.get_args(hint)[0]
+        return tuple(typed(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+    if (origin is dict or hint is dict) and isinstance(value, Mapping):
+        args = typing.get_args(hint)
+        return {str(k): typed(v, args[1], f"{where}.{k}") for k, v in value.items()} if len(args) == 2 else dict(value)
+    raise SettingValueError(where, f"{shown(value)} is not {type_name(hint)}")
+
+
+def read_declared(cls: type, payload: Any, where: str = "", *, partial: bool = False) -> Any:
+    """An object of declared class ``cls`` from a JSON object: no field it does not declare, every field but the
+    optional ones present (``partial``: any may be left out, taking its default), each of its declared type, then
+    made (so in its declared range, in its declared shape and agreeing with the others: the class's own check).
+    Any problem is one :class:`SettingValueError` naming the field's dotted path below ``where``."""
+    if not isinstance(payload, Mapping):
+        raise SettingValueError(where or WHOLE_OBJECT, f"{shown(payload)} is not a JSON object")
+    declared = {field.name: field for field in dataclasses.fields(cls)}
+    unknown = sorted(set(payload) - set(declared))
+    if unknown:
+        holds = ", ".join(sorted(declared)) or "none"
+        raise SettingValueError(where or WHOLE_OBJECT, f"unknown field(s) {unknown}; it holds {holds}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, field in declared.items():
+        path = f"{where}.{name}" if where else name
+        if name in payload:
+            values[name] = typed(payload[name], hints[name], path)
+        elif not (partial or info_of(field).optional):
+            raise SettingValueError(path, "missing")
+    try:
+        return cls(**values)
+    except SettingValueError as error:
+        raise SettingValueError(f"{where}.{error.name}" if where else error.name, error.refusal) from None
+    except ValueError as error:  # the class's own check of several fields
+        raise SettingValueError(where or WHOLE_OBJECT, str(error)) from None
 
 
 def significant(settings: Any) -> dict[str, Any]:

@@ -42,12 +42,12 @@ annotation id); ``group_id`` ``coco-image-<image id>``; ``text`` the raw caption
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pandas as pd
 
+from common.bounded_json import RAW_DATA, read_bounded
 from data_recipes.manifest import VALID_SPLITS, RecipeResult, check_manifest_columns, require_raw_dir
 from data_recipes.registry import register_recipe
 
@@ -76,7 +76,7 @@ def official_rows(files: list[Path]) -> list[dict]:
     rows = []
     for path in files:
         folder = _OFFICIAL_NAME.match(path.name)["folder"]
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_bounded(path, RAW_DATA)
         file_names = {image["id"]: image["file_name"] for image in data["images"]}
         for annotation in sorted(data["annotations"], key=lambda a: a["id"]):
             image_id = annotation["image_id"]
@@ -108,7 +108,7 @@ def _karpathy_image_path(raw_dir: Path, image: dict, folder_exists: dict[str, bo
 
 
 def karpathy_rows(raw_dir: Path, path: Path, restval: str) -> list[dict]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = read_bounded(path, RAW_DATA)
     folder_exists: dict[str, bool] = {}
     rows = []
     for image in data["images"]:

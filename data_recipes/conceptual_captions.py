@@ -58,7 +58,6 @@ set is hidden), so the two downloads name no test split, and the pipeline needs 
 
 from __future__ import annotations
 
-import json
 import re
 import tarfile
 from collections import Counter
@@ -67,6 +66,7 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 import pyarrow.parquet as pq
 
+from common.bounded_json import RAW_DATA, loads_bounded, read_bounded
 from data_recipes.manifest import VALID_SPLITS, RecipeResult, check_manifest_columns, require_raw_dir
 from data_recipes.registry import register_recipe
 
@@ -158,7 +158,7 @@ def _read_tar(tar_path: Path, target_dir: Path) -> tuple[dict[str, str], dict[st
             elif suffix == ".txt":
                 captions[stem] = payload.decode("utf-8", errors="replace")
             elif suffix == ".json":
-                records.append(json.loads(payload))
+                records.append(loads_bounded(payload, f"{member.name} of {tar.name}", RAW_DATA))
     return images, captions, records
 
 
@@ -172,7 +172,7 @@ def _read_folder(shard_dir: Path) -> tuple[dict[str, str], dict[str, str], list[
         elif suffix == ".txt":
             captions[path.stem] = path.read_text(encoding="utf-8", errors="replace")
         elif suffix == ".json":
-            records.append(json.loads(path.read_text(encoding="utf-8")))
+            records.append(read_bounded(path, RAW_DATA))
     return images, captions, records
 
 

@@ -37,12 +37,12 @@ in ``sentences`` for Karpathy's file, which keeps the token file's order); ``gro
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
+from common.bounded_json import RAW_DATA, read_bounded
 from data_recipes.manifest import RecipeResult, check_manifest_columns, require_raw_dir
 from data_recipes.registry import register_recipe
 
@@ -88,7 +88,7 @@ def token_rows(path: Path, images_dir: str) -> tuple[list[dict], int]:
 
 
 def karpathy_rows(path: Path, images_dir: str) -> list[dict]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = read_bounded(path, RAW_DATA)
     return [
         _row(images_dir, image["filename"], n, sentence.get("raw") or "", image["split"], path.name)
         for image in data["images"]

@@ -41,11 +41,11 @@ share ``group_id`` ``goodnews-<article id>`` (they are not wrong answers for eac
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from common.bounded_json import RAW_DATA, read_bounded
 from data_recipes.manifest import VALID_SPLITS, RecipeResult, check_manifest_columns, require_raw_dir
 from data_recipes.politics import first_sentences
 from data_recipes.registry import register_recipe
@@ -101,8 +101,8 @@ def build(
     if splits_file and not splits_path.is_file():
         raise FileNotFoundError(f"GoodNews split file {splits_path} does not exist; check splits_file=")
 
-    articles = json.loads(annotation_path.read_text(encoding="utf-8"))
-    splits = json.loads(splits_path.read_text(encoding="utf-8")) if splits_path else {}
+    articles = read_bounded(annotation_path, RAW_DATA)
+    splits = read_bounded(splits_path, RAW_DATA) if splits_path else {}
 
     rows = []
     unknown_split = 0

@@ -29,11 +29,11 @@ Nothing is skipped here; empty texts and unreadable images are counted later by 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from common.bounded_json import RAW_DATA, BoundedJsonError, loads_bounded_lines
 from data_recipes.manifest import VALID_SPLITS, ManifestError, RecipeResult, check_manifest_columns
 from data_recipes.registry import register_recipe
 
@@ -79,18 +79,11 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
-    records = []
-    for number, line in enumerate(
-        path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(), start=1
-    ):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise ManifestError(
-                f"{path.name} line {number} is not JSON ({error.msg}); fix or remove it"
-            ) from None
+    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    try:
+        records = [record for _, record in loads_bounded_lines(text, path.name, RAW_DATA)]
+    except BoundedJsonError as error:
+        raise ManifestError(f"{error}; fix or remove it") from None
     # object dtype keeps ids as written (an int group id with gaps would otherwise become 7.0)
     return pd.DataFrame(records, dtype=object)
 

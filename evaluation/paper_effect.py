@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.statistics import MDE_FACTOR
+from evaluation.statistics import MDE_FACTOR, holm, two_sided_p
 
 #: the paper's non-literal datasets, whose comparisons a run is read against
 PAPER_DATASETS = ("Politics", "GoodNews")
@@ -68,7 +68,15 @@ ROW_SOURCES = {
 }
 _TABLES = {"Table 1": TABLE_1, "Table 3": TABLE_3}
 
-RULED_OUT, CONSISTENT, CONFIRMED = "ruled out", "consistent", "confirmed"
+#: where the paper's point estimate lies against this run's 95% interval, on this run's data: the words say what
+#: was measured (the paper's datasets were not run here)
+RULED_OUT, CONSISTENT, CONFIRMED = "above our interval", "inside our interval", "at or below our interval"
+#: a reading whose nearest bound lies within this share of the MDE from the paper's value is "at the line": a
+#: difference smaller than the run can detect decides it
+AT_THE_LINE_SHARE = 0.1
+AT_THE_LINE = "at the line"
+#: the family-wise error rate of the Holm-adjusted readings
+FAMILY_ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -116,9 +124,9 @@ def on_scale(row: Mapping[str, Any], scale: str) -> tuple[float, float, float]:
 
 
 def reading(effect: float, ci_low: float, ci_high: float) -> str:
-    """Where the paper's ``effect`` lies against the run's interval: above its upper bound (the run **rules it
-    out**), inside it (**consistent**), or at or below its lower bound (the run **confirms** a gain at least that
-    large)."""
+    """Where the paper's point estimate ``effect`` lies against the run's interval: above its upper bound (on this
+    data the paper's gain is larger than the run allows), inside it, or at or below its lower bound (the run's
+    difference is at least the paper's)."""
     if effect > ci_high:
         return RULED_OUT
     if ci_low >= effect:
@@ -126,11 +134,29 @@ def reading(effect: float, ci_low: float, ci_high: float) -> str:
     return CONSISTENT
 
 
+def at_the_line(effect: float, ci_low: float, ci_high: float, mde: float) -> bool:
+    """Whether the interval's bound nearest the paper's value lies within :data:`AT_THE_LINE_SHARE` of the MDE of
+    it: the reading then turns on a difference the run cannot detect."""
+    return min(abs(effect - ci_low), abs(effect - ci_high)) < AT_THE_LINE_SHARE * mde
+
+
+def holm_reading(adjusted_p: float, ours: float, effect: float) -> str:
+    """The reading after Holm's adjustment: the paper's value outside the run's interval only when the adjusted
+    test of "our difference equals the paper's" rejects at :data:`FAMILY_ALPHA`."""
+    if adjusted_p >= FAMILY_ALPHA:
+        return CONSISTENT
+    return RULED_OUT if ours < effect else CONFIRMED
+
+
 def paper_readings(row: Mapping[str, Any], method: str, baseline: str, n_way: int) -> list[dict[str, Any]]:
     """The readings of one headline row against every paper effect it has."""
     readings = []
     for effect in paper_effects(method, baseline, row["key"], n_way):
         difference, low, high = on_scale(row, effect.scale)
+        scale = 1.0 if effect.scale == "absolute" else abs(row["baseline_mean"]) or math.nan
+        # a row without its standard error (hand-made) gets no test and no "at the line"
+        se, mde = row.get("se", math.nan) / scale, row.get("mde", math.nan) / scale
+        comparable = math.isfinite(low) and math.isfinite(se) and se > 0
         readings.append(
             {
                 "table": effect.table,
@@ -143,9 +169,23 @@ def paper_readings(row: Mapping[str, Any], method: str, baseline: str, n_way: in
                 "ci_low": low,
                 "ci_high": high,
                 "reading": reading(effect.effect, low, high) if math.isfinite(low) else "not comparable",
+                "at_the_line": bool(comparable and at_the_line(effect.effect, low, high, mde)),
+                # the normal test of "our difference equals the paper's" on the run's bootstrap standard error, for
+                # Holm's adjustment across the report's readings (evaluation.statistics.holm)
+                "p_value": two_sided_p((difference - effect.effect) / se) if comparable else math.nan,
             }
         )
     return readings
+
+
+def adjust_readings(entries: list[Mapping[str, Any]]) -> int:
+    """Holm-adjust every reading of ``entries`` (one family: a report's comparisons under one protocol) in place:
+    each reading gains ``holm_p`` and ``holm_reading``; returns how many readings the family holds."""
+    readings = [r for entry in entries for r in entry["readings"] if math.isfinite(r.get("p_value", math.nan))]
+    for r, adjusted in zip(readings, holm([r["p_value"] for r in readings]), strict=True):
+        r["holm_p"] = adjusted
+        r["holm_reading"] = holm_reading(adjusted, r["ours"], r["paper_effect"])
+    return len(readings)
 
 
 # ---------------------------------------------------------------------------------------------- power
@@ -162,6 +202,23 @@ class VarianceParts:
     n_seeds: int
     n_items: int
     calibration: float = 1.0
+    #: the variance of the seeds' mean differences (ddof 1, ``n_seeds - 1`` degrees of freedom), which ``seeds`` is
+    #: estimated from: the seed part rests on it
+    seed_mean_variance: float = 0.0
+
+    def seed_part_range(self, level: float = 0.95) -> tuple[float, float]:
+        """The range of the seed part that its ``n_seeds - 1`` degrees of freedom allow (a chi-square interval of
+        the seeds' mean variance at ``level``, less the item noise in it, floored at 0)."""
+        from scipy.stats import chi2
+
+        df = self.n_seeds - 1
+        tail = (1 - level) / 2
+        low = df * self.seed_mean_variance / chi2.ppf(1 - tail, df) - self.residual / self.n_items
+        high = df * self.seed_mean_variance / chi2.ppf(tail, df) - self.residual / self.n_items
+        return max(low, 0.0), max(high, 0.0)
+
+    def with_seed_part(self, seeds: float) -> VarianceParts:
+        return VarianceParts(seeds, self.items, self.residual, self.n_seeds, self.n_items, self.calibration, self.seed_mean_variance)
 
     def se(self, n_seeds: int, n_items: int) -> float:
         variance = self.seeds / n_seeds + self.items / n_items + self.residual / (n_seeds * n_items)
@@ -185,10 +242,11 @@ def variance_parts(method: Mapping[int, np.ndarray], baseline: Mapping[int, np.n
     residual_variance = float((residual**2).sum() / max((n_seeds - 1) * (n_items - 1), 1))
     seed_variance = max(float(seed_means.var(ddof=1)) - residual_variance / n_items, 0.0)
     item_variance = max(float(item_means.var(ddof=1)) - residual_variance / n_seeds, 0.0)
-    parts = VarianceParts(seed_variance, item_variance, residual_variance, n_seeds, n_items)
+    raw = float(seed_means.var(ddof=1))
+    parts = VarianceParts(seed_variance, item_variance, residual_variance, n_seeds, n_items, 1.0, raw)
     model_se = parts.se(n_seeds, n_items)
     if bootstrap_se is not None and model_se > 0:
-        parts = VarianceParts(seed_variance, item_variance, residual_variance, n_seeds, n_items, (bootstrap_se / model_se) ** 2)
+        parts = VarianceParts(seed_variance, item_variance, residual_variance, n_seeds, n_items, (bootstrap_se / model_se) ** 2, raw)
     return parts
 
 
@@ -227,6 +285,8 @@ def power_to_half(parts: VarianceParts | None, paper_effect: float, scale: str, 
     result: dict[str, Any] = {"target_mde": target}
     if parts is None:
         return {**result, "available": False, "reason": "fewer than two seeds ran both methods: the seed spread is unknown"}
+    low, high = parts.seed_part_range()
+    optimistic, pessimistic = parts.with_seed_part(low), parts.with_seed_part(high)
     return {
         **result,
         "available": True,
@@ -235,5 +295,11 @@ def power_to_half(parts: VarianceParts | None, paper_effect: float, scale: str, 
         "n_items": parts.n_items,
         "seeds_needed": seeds_needed(parts, target),
         "items_needed": items_needed(parts, target),
-        "variance": {"seeds": parts.seeds, "items": parts.items, "residual": parts.residual, "calibration": parts.calibration},
+        # the seed part is estimated from n_seeds - 1 degrees of freedom: what its 95% range would need
+        "seeds_needed_range": [seeds_needed(optimistic, target), seeds_needed(pessimistic, target)],
+        "items_needed_range": [items_needed(optimistic, target), items_needed(pessimistic, target)],
+        "variance": {
+            "seeds": parts.seeds, "items": parts.items, "residual": parts.residual, "calibration": parts.calibration,
+            "seeds_range": [low, high],
+        },
     }

@@ -12,6 +12,7 @@ small for this run" rather than "no effect".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -21,6 +22,24 @@ from evaluation.embeddings import check_seed, chunk_rows
 #: z_{1 - alpha/2} + z_{power} = 1.96 + 0.84: a true difference of 2.8 standard errors is found by a
 #: two-sided test at alpha = 0.05 with 80% power (normal approximation)
 MDE_FACTOR = 2.8
+
+
+def two_sided_p(z: float) -> float:
+    """The two-sided normal p-value of a z statistic."""
+    return math.erfc(abs(z) / math.sqrt(2.0))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest p times (m - i + 1), made
+    non-decreasing in that order and capped at 1. A reading whose adjusted p is below alpha is rejected with the
+    family-wise error rate of the m readings held at alpha (Holm 1979)."""
+    m = len(p_values)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * float(p_values[index])))
+        adjusted[index] = running
+    return adjusted
 
 
 def _outcome_table(runs: Mapping[int, np.ndarray], name: str) -> dict[int, np.ndarray]:

@@ -12,6 +12,7 @@ get them; nothing is faked, and ``Trunk.pretrained_loaded`` tells which of the t
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,8 @@ class BackboneSpec:
     weights_enum: str | None = None
     #: the trunk cut into stem, stages and head (None: this backbone cannot train only its top stages)
     stages: Callable[[nn.Module], TrunkStages] | None = None
+    #: how many stages ``stages`` cuts it into, when known without building it (None: counted on a built trunk)
+    stage_count: int | None = None
     #: the file its ImageNet weights are read from, when that is known before building it (a package's file)
     weights_file: Callable[[], str] | None = None
 
@@ -171,6 +174,7 @@ def _torchvision_resnet(arch: str, weights_enum: str, width: int) -> BackboneSpe
         std=IMAGENET_STD,
         weights_enum=weights_enum,
         stages=_resnet_stages,
+        stage_count=4,
     )
 
 
@@ -192,6 +196,7 @@ for _spec in (
         mean=(0.5, 0.5, 0.5),
         std=(0.5, 0.5, 0.5),
         stages=_efficientnet_stages,
+        stage_count=7,
         weights_file=_lite0_weights_file,
     ),
 ):
@@ -276,11 +281,9 @@ class Trunk(nn.Module):
 
     def _checked(self, trained_stages: int) -> TrunkStages:
         stages = self.stages()
-        if not 1 <= trained_stages <= len(stages.stages):
-            raise ValueError(
-                f"backbone {self.name!r} has {len(stages.stages)} stages: train 1 to {len(stages.stages)} of them, "
-                f"not {trained_stages}"
-            )
+        refusal = stages_refusal(self.name, len(stages.stages), trained_stages)
+        if refusal:
+            raise ValueError(refusal)
         return stages
 
     def below(self, pixels: Tensor, trained_stages: int) -> Tensor:
@@ -302,6 +305,41 @@ class Trunk(nn.Module):
         """Globally average-pooled features [B, C] -> ImageNet logits [B, 1000] (meaningful only when
         ``pretrained_loaded``): a sanity check that the weights are the trained ones."""
         return self._head(self.net, pooled)
+
+
+def stages_refusal(backbone: str, count: int | None, trained_stages: int) -> str | None:
+    """Why ``backbone``, cut into ``count`` stages (None: it is not cut here), cannot train its top
+    ``trained_stages`` stages; None when it can. The one check of a stage count, for a run's settings, a model
+    record and a trunk being cut."""
+    if count is None:
+        return (
+            f"backbone {backbone!r} is not cut into stages here, so it cannot train only its top stages: use "
+            "train.trunk=frozen or finetune, or a backbone of the ResNet or EfficientNet family"
+        )
+    if not 1 <= trained_stages <= count:
+        return f"backbone {backbone!r} has {count} stages: train 1 to {count} of them, not {trained_stages}"
+    return None
+
+
+@functools.cache
+def stage_count(name: str) -> int | None:
+    """How many stages backbone ``name`` is cut into (None: it cannot be cut): declared by its spec, else counted
+    on the trunk built without weights (a ``timm:<arch>``); a KeyError for an unknown backbone."""
+    spec = backbone_spec(name)
+    if spec.stage_count is not None:
+        return spec.stage_count
+    return build_trunk(name, False).stage_count
+
+
+@functools.cache
+def normalisation(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The pixel mean and std backbone ``name``'s weights expect: declared by its spec, else read off the trunk
+    built without weights (a ``timm:<arch>``); a KeyError for an unknown backbone."""
+    spec = backbone_spec(name)
+    if spec.mean is not None and spec.std is not None:
+        return tuple(spec.mean), tuple(spec.std)
+    trunk = build_trunk(name, False)
+    return tuple(trunk.mean), tuple(trunk.std)
 
 
 def weights_source(spec: BackboneSpec) -> dict[str, str] | None:

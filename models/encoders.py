@@ -5,8 +5,6 @@ normalisation; the models that combine them are in models/vse.py and models/pvse
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -14,41 +12,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from models.backbones import build_trunk
+from models.config import ModelConfig
 from models.recurrent import fixed_width_final_states, gru_final_states
-from models.settings import TrainSettings, trunk_mode
-
-
-@dataclass(frozen=True)
-class EncoderConfig:
-    backbone: str = "resnet50"
-    pretrained: bool = True
-    embed_dim: int = 256
-    word_dim: int = 200
-    gru_hidden: int = 512
-    vocab_size: int = 2
-    #: "finetune": the image tower holds the trunk and takes pixels; "frozen": it takes the trunk's cached
-    #: features (pooled [B, C] or map [B, C, h, w]) and holds only what is trained on top of them; "top<k>": it
-    #: holds the trunk's top k stages and head and takes the cached map under them
-    trunk: str = "finetune"
-    #: width of the cached trunk features (frozen mode; the other modes read it from the trunk)
-    feature_dim: int | None = None
-
-    @classmethod
-    def from_settings(
-        cls, settings: TrainSettings, word_vectors: np.ndarray, feature_dim: int | None = None
-    ) -> EncoderConfig:
-        """Sizes from the training settings; vocabulary and word dimension from the word vectors."""
-        vocab_size, word_dim = word_vectors.shape
-        return cls(
-            backbone=settings.backbone,
-            pretrained=settings.pretrained,
-            embed_dim=settings.embed_dim,
-            word_dim=word_dim,
-            gru_hidden=settings.gru_hidden,
-            vocab_size=vocab_size,
-            trunk=settings.trunk,
-            feature_dim=feature_dim,
-        )
 
 
 def xavier_linear(in_features: int, out_features: int) -> nn.Linear:
@@ -93,23 +58,16 @@ def frozen_trunk_features(
 class ImageEncoder(nn.Module):
     """Image trunk -> global average pool -> linear -> L2 norm.
 
-    How much of the trunk the model holds follows ``trunk`` (:func:`models.settings.trunk_mode`): all of it,
+    How much of the trunk the model holds follows the config's trunk mode (:class:`models.config.TrunkMode`): all of it,
     taking pixels (``finetune``); none of it (``frozen``: inputs are its cached features, computed once per
     dataset, backbone and resolution by the ``TrunkFeatures`` task, as VSE++ and PVSE train on precomputed
     features, and only the projection and what a model adds on top train); or its top k stages and head
     (``top<k>``: inputs are the cached map under them, and those stages train from their ImageNet weights).
     """
 
-    def __init__(
-        self,
-        backbone: str,
-        pretrained: bool,
-        embed_dim: int,
-        trunk: str = "finetune",
-        feature_dim: int | None = None,
-    ) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        mode = trunk_mode(trunk)
+        mode = config.trunk_mode
         #: pixels (the whole trunk trains), not the trunk's cached output (its features, or the map under its
         #: trained stages)
         self.takes_pixels = not mode.cached_features
@@ -117,14 +75,12 @@ class ImageEncoder(nn.Module):
         #: (``train.trunk_batchnorm="frozen"``; set by the model's builder)
         self.frozen_batchnorm = False
         if not mode.trains_trunk:
-            if feature_dim is None:
-                raise ValueError("a frozen trunk needs feature_dim, the width of its cached features")
             self.trunk = None
-            self.feature_dim = feature_dim
+            self.feature_dim = config.feature_dim  # a frozen config has it (ModelConfig's own check)
             #: frozen features record whether they came from ImageNet weights; the task reports that
             self.pretrained_loaded = False
         else:
-            whole = build_trunk(backbone, pretrained)
+            whole = build_trunk(config.backbone, config.pretrained)
             self.feature_dim = whole.feature_dim
             self.pretrained_loaded = whole.pretrained_loaded
             #: where the trained part's starting weights came from (``{"file", "sha256"}`` when known)
@@ -136,7 +92,7 @@ class ImageEncoder(nn.Module):
             else:
                 # only the top stages and head are kept: the stages under them run once, into the cache
                 self.trunk = whole.top(mode.trained_stages)
-        self.project = xavier_linear(self.feature_dim, embed_dim)
+        self.project = xavier_linear(self.feature_dim, config.embed_dim)
 
     def train(self, mode: bool = True) -> ImageEncoder:
         super().train(mode)
@@ -201,32 +157,33 @@ def xavier_gru(input_size: int, hidden: int, bidirectional: bool) -> nn.GRU:
     return gru
 
 
-class TextEncoder(nn.Module):
-    """Word embeddings (initialised from dataset-trained vectors) -> GRU -> linear -> L2 norm."""
+class TextTower(nn.Module):
+    """What the text encoders share: word embeddings (initialised from dataset-trained vectors), a GRU over them
+    (one direction, or both for PVSE) and a linear projection of its final states to the joint space."""
 
     #: set by ``models.recurrent.fixed_width_text``: final states without packing (the CUDA-graph step)
     fixed_width = False
 
-    def __init__(
-        self,
-        vocab_size: int,
-        word_dim: int,
-        hidden: int,
-        embed_dim: int,
-        word_vectors: np.ndarray | None = None,
-    ) -> None:
+    def __init__(self, config: ModelConfig, word_vectors: np.ndarray | None, *, bidirectional: bool) -> None:
         super().__init__()
-        self.embedding = word_embedding(vocab_size, word_dim, word_vectors)
-        self.gru = xavier_gru(word_dim, hidden, bidirectional=False)
-        self.project = xavier_linear(hidden, embed_dim)
+        self.embedding = word_embedding(config.vocab_size, config.word_dim, word_vectors)
+        self.gru = xavier_gru(config.word_dim, config.gru_hidden, bidirectional=bidirectional)
+        self.project = xavier_linear((2 if bidirectional else 1) * config.gru_hidden, config.embed_dim)
 
-    def final_state(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+    def final_states(self, words: Tensor, lengths: Tensor) -> Tensor:
+        """``[directions, B, H]``: the GRU's final states of the padded ``words`` (an empty text keeps one token),
+        forward's last step and, bidirectional, backward's first."""
+        lengths = lengths.clamp(min=1)
         if self.fixed_width:
-            return fixed_width_final_states(self.gru, self.embedding(tokens), lengths.clamp(min=1))[-1]
-        packed = pack_padded_sequence(
-            self.embedding(tokens), lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
-        )
-        return gru_final_states(self.gru, packed)[-1]
+            return fixed_width_final_states(self.gru, words, lengths)
+        return gru_final_states(self.gru, pack_padded_sequence(words, lengths.cpu(), batch_first=True, enforce_sorted=False))
+
+
+class TextEncoder(TextTower):
+    """Word embeddings -> GRU -> linear -> L2 norm."""
+
+    def __init__(self, config: ModelConfig, word_vectors: np.ndarray | None = None) -> None:
+        super().__init__(config, word_vectors, bidirectional=False)
 
     def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        return F.normalize(self.project(self.final_state(tokens, lengths)), dim=-1)
+        return F.normalize(self.project(self.final_states(self.embedding(tokens), lengths)[-1]), dim=-1)

@@ -16,15 +16,17 @@ The losses that use these K embeddings (multiple-instance similarity, diversity,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence
 
-from models.encoders import EncoderConfig, ImageEncoder, word_embedding, xavier_gru, xavier_linear
+from common.settings import between, check_declared, setting
+from models.config import ModelConfig
+from models.encoders import ImageEncoder, TextTower, xavier_linear
 from models.losses.checks import value_checks_enabled
-from models.recurrent import fixed_width_final_states, gru_final_states
 from models.registry import register_model
 
 PieOutput = tuple[Tensor, Tensor, Tensor]  # (embeddings [B, K, D], residuals [B, K, D], attention [B, K, N])
@@ -86,11 +88,9 @@ class PvseImageEncoder(nn.Module):
     branch is new.
     """
 
-    def __init__(self, config: EncoderConfig, num_embeds: int, dropout: float) -> None:
+    def __init__(self, config: ModelConfig, num_embeds: int, dropout: float) -> None:
         super().__init__()
-        self.cnn = ImageEncoder(
-            config.backbone, config.pretrained, config.embed_dim, config.trunk, config.feature_dim
-        )
+        self.cnn = ImageEncoder(config)
         feature_dim = self.cnn.feature_dim
         self.dropout = nn.Dropout(dropout)
         self.pie = PolysemousInstanceEmbedding(
@@ -113,31 +113,28 @@ def text_padding_mask(lengths: Tensor, max_length: int) -> Tensor:
     return positions.unsqueeze(0) >= lengths.clamp(min=1).unsqueeze(1)
 
 
-class PvseTextEncoder(nn.Module):
+@dataclass(frozen=True)
+class PvseOptions:
+    """PVSE's options (a variant's ``model_options``), declared once."""
+
+    num_embeds: int = setting(2, "K, the embeddings per image and per text (PVSE uses 2 on COCO)", between(1, 64, low_open=False))
+    dropout: float = setting(
+        0.1, "dropout of the global features, the word embeddings and PIE-Net's residuals", between(0, 1, low_open=False, high_open=True)
+    )
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+
+
+class PvseTextEncoder(TextTower):
     """Word embeddings -> (global: bidirectional GRU final states -> linear -> dropout) + PIE-Net over the
     word embeddings with padded positions masked out of the attention."""
 
-    #: set by ``models.recurrent.fixed_width_text``: final states without packing (the CUDA-graph step)
-    fixed_width = False
-
-    def __init__(
-        self,
-        vocab_size: int,
-        word_dim: int,
-        hidden: int,
-        embed_dim: int,
-        num_embeds: int,
-        dropout: float,
-        word_vectors: np.ndarray | None = None,
-    ) -> None:
-        super().__init__()
-        self.embedding = word_embedding(vocab_size, word_dim, word_vectors)
-        self.gru = xavier_gru(word_dim, hidden, bidirectional=True)
-        self.project = xavier_linear(2 * hidden, embed_dim)
-        self.dropout = nn.Dropout(dropout)
-        self.pie = PolysemousInstanceEmbedding(
-            num_embeds, word_dim, embed_dim, max(word_dim // 2, 1), dropout
-        )
+    def __init__(self, config: ModelConfig, options: PvseOptions, word_vectors: np.ndarray | None = None) -> None:
+        super().__init__(config, word_vectors, bidirectional=True)
+        self.dropout = nn.Dropout(options.dropout)
+        word_dim = config.word_dim
+        self.pie = PolysemousInstanceEmbedding(options.num_embeds, word_dim, config.embed_dim, max(word_dim // 2, 1), options.dropout)
 
     def forward(self, tokens: Tensor, lengths: Tensor) -> PieOutput:
         """Embeddings and residuals ``[B, K, D]`` and word attention ``[B, K, L]`` (0 on padding)."""
@@ -146,13 +143,7 @@ class PvseTextEncoder(nn.Module):
                 f"tokens must be [B, L] and lengths [B], got {tuple(tokens.shape)} and {tuple(lengths.shape)}"
             )
         words = self.dropout(self.embedding(tokens))
-        if self.fixed_width:
-            final_states = fixed_width_final_states(self.gru, words, lengths.clamp(min=1))
-        else:
-            packed = pack_padded_sequence(
-                words, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
-            )
-            final_states = gru_final_states(self.gru, packed)  # [2, B, H]: forward's last step, backward's first
+        final_states = self.final_states(words, lengths)  # [2, B, H]
         global_feature = self.dropout(self.project(torch.cat([final_states[0], final_states[1]], dim=-1)))
         return self.pie(global_feature, words, text_padding_mask(lengths.to(tokens.device), tokens.shape[1]))
 
@@ -169,30 +160,15 @@ class PVSEModel(nn.Module):
 
     #: PIE-Net attends over the cells of the trunk's feature map, so a frozen trunk must cache the map
     needs_spatial_features = True
+    options_class = PvseOptions
 
-    def __init__(
-        self,
-        config: EncoderConfig,
-        word_vectors: np.ndarray | None = None,
-        *,
-        num_embeds: int = 2,
-        dropout: float = 0.1,
-    ) -> None:
+    def __init__(self, config: ModelConfig, word_vectors: np.ndarray | None = None, options: PvseOptions | None = None) -> None:
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        options = options or PvseOptions()
         self.config = config
-        self.num_embeds = num_embeds
-        self.image_encoder = PvseImageEncoder(config, num_embeds, dropout)
-        self.text_encoder = PvseTextEncoder(
-            config.vocab_size,
-            config.word_dim,
-            config.gru_hidden,
-            config.embed_dim,
-            num_embeds,
-            dropout,
-            word_vectors,
-        )
+        self.num_embeds = options.num_embeds
+        self.image_encoder = PvseImageEncoder(config, options.num_embeds, options.dropout)
+        self.text_encoder = PvseTextEncoder(config, options, word_vectors)
 
     def encode_image(self, images: Tensor) -> Tensor:
         return self.image_encoder(images)[0]

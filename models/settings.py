@@ -1,57 +1,29 @@
 """Training settings, declared once (:mod:`common.settings`: each field's default, range or choices, whether it
-changes what is computed, and what it means), with the trunk and BatchNorm modes they name; profiles
+changes what is computed, and what it means), with the BatchNorm modes they name (the trunk modes and the
+model config whose declarations they share: models/config.py); profiles
 (pipeline/config/profiles.py) state what differs from these defaults."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from common.registry import Registry
-from common.settings import Limit, above, at_least, between, check_declared, named, operational_names, setting
+from common.settings import (
+    Limit,
+    above,
+    at_least,
+    between,
+    check_declared,
+    named,
+    operational_names,
+    redeclared,
+    setting,
+)
 from evaluation.selection_metrics import SELECTION_METRICS, SelectionMetric
 from models.acceleration import AMP_MODES
 from models.batching import NEIGHBOR_MODES, NeighborMode
-
-
-@dataclass(frozen=True)
-class TrunkMode:
-    """How much of the image trunk trains: none of it (``frozen``), its top ``k`` stages and head (``top<k>``)
-    or all of it (``finetune``, the paper's §3.3)."""
-
-    name: str
-    #: the model trains on what the trunk computes below its trained part, cached once (``TrunkFeatures``), not
-    #: on pixels: the whole trunk's features when frozen, the map under the top stages for ``top<k>``
-    cached_features: bool
-    #: the trunk's top stages the model holds and trains (0: none; None: every stage, from pixels)
-    trained_stages: int | None
-
-    @property
-    def trains_trunk(self) -> bool:
-        return self.trained_stages != 0
-
-
-#: the top-stages modes' names: ``top1``, ``top2``, ... (how many of the backbone's stages it has is checked
-#: against the backbone when the run is planned)
-TOP_STAGES_PREFIX = "top"
-
-#: "finetune": the trunk trains end to end on pixels (paper §3.3); "frozen": it is run once and its cached
-#: features train the projection and the text tower (VSE++ / PVSE's precomputed-feature mode); "top<k>" (not
-#: listed: any k >= 1): the trunk's map under its top k stages is cached once and those stages, its head and
-#: the projection train on it (:func:`trunk_mode`)
-TRUNK_MODES: Registry[TrunkMode] = Registry("trunk mode")
-TRUNK_MODES.add("finetune", TrunkMode("finetune", cached_features=False, trained_stages=None))
-TRUNK_MODES.add("frozen", TrunkMode("frozen", cached_features=True, trained_stages=0))
-
-
-def trunk_mode(name: str) -> TrunkMode:
-    """The trunk mode ``name``: a registered one, or ``top<k>`` for the top k >= 1 stages; a ValueError saying
-    what is valid otherwise."""
-    if name in TRUNK_MODES:
-        return TRUNK_MODES.get(name)
-    count = name.removeprefix(TOP_STAGES_PREFIX)
-    if name.startswith(TOP_STAGES_PREFIX) and count.isdigit() and int(count) >= 1 and count == str(int(count)):
-        return TrunkMode(name, cached_features=True, trained_stages=int(count))
-    raise ValueError(f"{TRUNK_MODES.unknown_message(name)}, or top<k> (the top k >= 1 stages train, e.g. top2)")
+from models.config import ModelConfig, TrunkMode, trunk_mode
 
 
 @dataclass(frozen=True)
@@ -70,30 +42,6 @@ class BatchNormMode:
 BATCHNORM_MODES: Registry[BatchNormMode] = Registry("trunk batchnorm mode")
 BATCHNORM_MODES.add("batch", BatchNormMode("batch", batch_statistics=True))
 BATCHNORM_MODES.add("frozen", BatchNormMode("frozen", batch_statistics=False))
-
-
-def _trunk_refusal(name: str) -> str:
-    try:
-        trunk_mode(name)
-    except ValueError as error:
-        return str(error)
-    return ""
-
-
-def _valid_trunk(name: str) -> bool:
-    return not _trunk_refusal(name)
-
-
-def _backbone_names() -> list[str]:
-    from models.backbones import BACKBONES  # the trunks' code (torch, torchvision), read only when listed
-
-    return BACKBONES.names()
-
-
-#: ``train.backbone``: listed from the trunks' registry; whether it exists is checked when the run is planned
-#: (``pipeline.config.checks.check_backbone``, which builds its spec)
-BACKBONE = Limit(lambda v: isinstance(v, str) and bool(v), "timm:<arch>", _backbone_names)
-TRUNK = named(TRUNK_MODES.names, _trunk_refusal, also="top<k> (k >= 1)", also_test=_valid_trunk)
 
 
 def _registry_choice(registry: Registry) -> Limit:
@@ -120,12 +68,14 @@ def _crops_cached_views(t: TrainSettings) -> bool:
 class TrainSettings:
     """Optimisation of §3.3: Adam 1e-4, weight decay 1e-5, batch 64, plateau decay x0.1 after 5 epochs."""
 
-    backbone: str = setting("resnet50", "the image trunk (models.backbones), or any timm:<arch>", BACKBONE)
-    pretrained: bool = setting(True, "the trunk starts from ImageNet weights (false: a seeded random init)")
-    image_size: int = setting(224, "side in pixels of the square image the trunk sees", at_least(1))
-    embed_dim: int = setting(256, "dimension of the joint embedding space", at_least(1))
-    gru_hidden: int = setting(512, "hidden size of the text GRU", at_least(1))
-    max_text_tokens: int = setting(64, "a text is cut to this many tokens", at_least(1))
+    # the model config's (models.config.ModelConfig): one declaration each, shared
+    backbone: str = redeclared(ModelConfig, "backbone")
+    pretrained: bool = redeclared(ModelConfig, "pretrained")
+    #: a trunk needs a few pixels a side; the upper bound keeps one image's memory in reach
+    image_size: int = setting(224, "side in pixels of the square image the trunk sees", between(8, 8192, low_open=False))
+    embed_dim: int = redeclared(ModelConfig, "embed_dim")
+    gru_hidden: int = redeclared(ModelConfig, "gru_hidden")
+    max_text_tokens: int = setting(64, "a text is cut to this many tokens", between(1, 1 << 16, low_open=False))
     #: per process: the loss sees ``batch_size * nproc_per_node * nnodes`` pairs (and their neighbors)
     batch_size: int = setting(64, "pairs per batch of each process", at_least(1))
     epochs: int = setting(30, "the epoch cap", at_least(1))
@@ -144,13 +94,7 @@ class TrainSettings:
     mask_neighbor_pairs: bool = setting(
         True, "in_batch: an anchor and its sampled neighbor are not cross-modal negatives of each other"
     )
-    #: "frozen" is VSE++ / PVSE's precomputed-feature mode, "finetune" the paper's §3.3
-    trunk: str = setting(
-        "finetune",
-        "how much of the trunk trains: all of it on pixels (finetune), none on its cached features (frozen), or "
-        "its top k stages and head on the cached map under them (top<k>)",
-        TRUNK,
-    )
+    trunk: str = redeclared(ModelConfig, "trunk")
     #: the trained part starts as the ImageNet network computes: its BatchNorm keeps ImageNet's running statistics
     #: unless asked otherwise, so with a warm start the model's first embeddings are the frozen model's (issue 50)
     trunk_batchnorm: str = setting(
@@ -251,8 +195,9 @@ class TrainSettings:
     def selection_metric(self) -> SelectionMetric:
         return SELECTION_METRICS.get(self.selection)
 
-    @property
+    @cached_property
     def trunk_mode(self) -> TrunkMode:
+        """``trunk`` parsed, once."""
         return trunk_mode(self.trunk)
 
     @property

@@ -8,10 +8,11 @@ pretrained config beside the weights. Evaluate, COCOS, the search index, ``cross
 loading all build a trained model through :func:`build_from_record` (and load a checkpoint through
 :func:`load_trained`), so there is one model builder.
 
-The record (``RECORD_FORMAT`` 1)::
+The record (:class:`models.record.ModelRecord`, declared there; format 2, 1 still read)::
 
-    model, model_options   the registered model (models.registry) and its options
-    encoder                EncoderConfig: backbone, embed_dim, word_dim, gru_hidden, vocab_size, trunk, feature_dim
+    model, model_options   the registered model (models.registry) and its declared options
+    encoder                models.config.ModelConfig: backbone, pretrained, embed_dim, word_dim, gru_hidden,
+                           vocab_size, trunk, feature_dim
     image                  the trunk's input side, pooled or spatial features, normalisation mean and std, and
                            for a cached trunk how its cached features were made (pretrained, seed, weights file)
     trunk_training         for a trunk that trains (its top stages, or all of it): which stages, their starting
@@ -22,9 +23,8 @@ The record (``RECORD_FORMAT`` 1)::
 
 from __future__ import annotations
 
-import functools
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,86 +34,25 @@ from torch import nn
 
 from common.bounded_json import BoundedJsonError, read_bounded_json
 from common.hashing import file_sha256
-from models.backbones import build_trunk
-from models.cached_views import CachedViews
-from models.encoders import EncoderConfig
+from models.backbones import normalisation
+from models.config import ModelConfig
+from models.record import ModelRecord
 from models.record_check import (
-    CHECKSUM_FIELD,
     MAX_RECORD_BYTES,
     MAX_RECORD_DEPTH,
     ModelRecordError,
     changed_fields,
-    check_record_payload,
-    record_checksum,
 )
 from models.registry import build_model, needs_spatial_features
-from models.settings import BATCHNORM_MODES, TrainSettings, trunk_mode
+from models.settings import BATCHNORM_MODES
 
 RECORD_FILE = "model.json"
-#: 2: the record seals itself (``checksum``) and its best checkpoint (``weights``), its vocabulary beside it in
-#: the Train folder; 1 (before 1.1): read for one more minor release, without the seal
-RECORD_FORMAT = 2
-READABLE_FORMATS = (1, 2)
-
-
-@dataclass(frozen=True)
-class ModelRecord:
-    """Everything a trained model's network is built from (its weights come from a checkpoint)."""
-
-    model: str
-    model_options: dict[str, Any]
-    encoder: EncoderConfig
-    image_size: int
-    #: "pooled" (a vector per image) or "spatial" (the trunk's map: PVSE attends over it)
-    features: str
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    max_text_tokens: int
-    tokenizer_version: int
-    #: ``{"file", "size", "sha256"}`` of the vocabulary (token -> row of the word embedding)
-    vocabulary: dict[str, Any]
-    #: a cached trunk's features (frozen, or the map under its trained top stages): ``{"pretrained", "seed",
-    #: "weights_loaded", "weights"}`` — asked for ImageNet weights, the seed of a random init, whether the weights
-    #: were there (a bundle must rebuild the same) and the file they came from (``{"file", "sha256"}``, when known)
-    frozen_trunk: dict[str, Any] | None = None
-    format: int = RECORD_FORMAT
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: a trunk that trains: ``{"trained_stages", "stages", "starting_weights", "batchnorm",
-    #: "learning_rate_scale", "horizontal_flip"}`` — how many of its stages trained ("all" when fine-tuned end
-    #: to end) of how many, where their first weights came from (ImageNet's file and SHA-256, or a random init),
-    #: the BatchNorm mode and learning-rate scale of ``TrainSettings`` and whether pixels were flipped
-    trunk_training: dict[str, Any] | None = None
-    #: the best checkpoint the record was sealed with: ``{"file", "sha256"}`` (format 2)
-    weights: dict[str, str] | None = None
-    #: the SHA-256 of every other field (format 2): an edited record is refused
-    checksum: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["encoder"] = asdict(self.encoder)
-        out["mean"], out["std"] = list(self.mean), list(self.std)
-        for optional in ("trunk_training", "weights", CHECKSUM_FIELD):
-            if out[optional] is None:
-                del out[optional]  # a record without them reads as it did before they existed
-        return out
-
-    @classmethod
-    def from_json(cls, payload: Any) -> ModelRecord:
-        """The record of ``payload``, checked first (:func:`models.record_check.check_record_payload`)."""
-        check_record_payload(payload, READABLE_FORMATS)
-        encoder = EncoderConfig(**payload["encoder"])
-        return cls(**{**payload, "encoder": encoder, "mean": tuple(payload["mean"]), "std": tuple(payload["std"])})
-
-    def sealed(self, checkpoint: Path) -> ModelRecord:
-        """This record at format 2, with the SHA-256 of ``checkpoint`` (the weights it describes) and of itself."""
-        unsealed = replace(self, format=RECORD_FORMAT, checksum=None, weights={"file": Path(checkpoint).name, "sha256": file_sha256(checkpoint)})
-        return replace(unsealed, checksum=record_checksum(unsealed.to_json()))
 
 
 def record_for(
     model: str,
     model_options: dict[str, Any],
-    encoder: EncoderConfig,
+    encoder: ModelConfig,
     *,
     image_size: int,
     max_text_tokens: int,
@@ -126,7 +65,7 @@ def record_for(
 ) -> ModelRecord:
     """The record of a model about to be trained with these settings (its normalisation read off its trunk);
     ``vocabulary``: ``{"file", "size", "sha256"}`` (:func:`vocabulary_entry`)."""
-    mean, std = trunk_normalisation(encoder.backbone)
+    mean, std = normalisation(encoder.backbone)
     spatial = needs_spatial_features(model)
     cached = {"pretrained": encoder.pretrained, "seed": frozen_trunk_seed, "weights_loaded": frozen_trunk_weights_loaded}
     if frozen_trunk_weights is not None:
@@ -142,7 +81,7 @@ def record_for(
         max_text_tokens=max_text_tokens,
         tokenizer_version=tokenizer_version,
         vocabulary=dict(vocabulary),
-        frozen_trunk=cached if trunk_mode(encoder.trunk).cached_features else None,
+        frozen_trunk=cached if encoder.trunk_mode.cached_features else None,
         trunk_training=trunk_training,
     )
 
@@ -150,31 +89,6 @@ def record_for(
 def vocabulary_entry(file: Path, name: str, size: int) -> dict[str, Any]:
     """What a record says of the vocabulary in ``file``: the name of its copy beside the record, its size and SHA-256."""
     return {"file": name, "size": size, "sha256": file_sha256(file)}
-
-
-def trunk_training_record(settings: TrainSettings, warm_start: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """What ``trunk_training`` records of a run with ``settings`` before its model is built (None for a frozen
-    trunk): the stages that train, BatchNorm, learning-rate scale, augmentation (flips of pixels, or the cached
-    views of a map) and, for a warm start, its parent (``warm_start``: its signature, the SHA-256 of the checkpoint
-    it starts from, that checkpoint's epoch); :func:`with_starting_weights` adds where the trained stages' first
-    weights came from."""
-    mode = settings.trunk_mode
-    if not mode.trains_trunk:
-        return None
-    if settings.warm_started != (warm_start is not None):
-        raise ValueError("a warm-started run's record names its parent, and only such a run's")
-    record = {
-        "trained_stages": "all" if mode.trained_stages is None else mode.trained_stages,
-        "stages": trunk_facts(settings.backbone)[2],
-        "batchnorm": settings.trunk_batchnorm,
-        "learning_rate_scale": settings.trunk_learning_rate_scale,
-        "horizontal_flip": settings.horizontal_flip,
-    }
-    if mode.cached_features:
-        record["views"] = CachedViews(settings.trunk_views, settings.trunk_crop_scale).record()
-    if warm_start is not None:
-        record["warm_start"] = dict(warm_start)
-    return record
 
 
 def load_warm_start(model: nn.Module, parent_state: dict[str, torch.Tensor], where: str) -> None:
@@ -206,20 +120,6 @@ def with_starting_weights(record: ModelRecord, model: nn.Module) -> ModelRecord:
     source = getattr(encoder, "weights_source", None)
     starting = {"imagenet": bool(encoder.pretrained_loaded), **(source or {})}
     return replace(record, trunk_training={**record.trunk_training, "starting_weights": starting})
-
-
-def trunk_normalisation(backbone: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """The pixel mean and std a trunk expects (read off a trunk built without downloading weights)."""
-    mean, std, _ = trunk_facts(backbone)
-    return mean, std
-
-
-@functools.cache
-def trunk_facts(backbone: str) -> tuple[tuple[float, ...], tuple[float, ...], int | None]:
-    """A trunk's pixel mean and std and its stage count, read once per process off a trunk built without weights
-    (a ResNet-50 takes a third of a second to build; every record of a run asks)."""
-    trunk = build_trunk(backbone, False)
-    return tuple(trunk.mean), tuple(trunk.std), trunk.stage_count
 
 
 def write_record(record: ModelRecord, path: Path) -> None:
@@ -258,7 +158,7 @@ def build_from_record(record: ModelRecord, *, initial_word_vectors: np.ndarray |
     weight is still to be set: no ImageNet download, no word vectors. ``for_training``: the first weights of a
     training run, the trunk's ImageNet weights when the record asks for them and the word embedding from
     ``initial_word_vectors``."""
-    config = EncoderConfig(**{**asdict(record.encoder), "pretrained": record.encoder.pretrained and for_training})
+    config = replace(record.encoder, pretrained=record.encoder.pretrained and for_training)
     model = build_model(record.model, config, initial_word_vectors if for_training else None, **record.model_options)
     if record.trunk_training is not None and record.trunk_training.get("batchnorm") is not None:
         frozen = not BATCHNORM_MODES.get(record.trunk_training["batchnorm"]).batch_statistics

@@ -5,26 +5,24 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor, nn
 
-from models.encoders import EncoderConfig, ImageEncoder, TextEncoder
+from models.config import ModelConfig
+from models.encoders import ImageEncoder, TextEncoder
 from models.registry import register_model
 
 
 @register_model("vse")
 class VSEModel(nn.Module):
-    """The paper's two-stream model; returns the embeddings the losses take by keyword."""
+    """The paper's two-stream model; returns the embeddings the losses take by keyword. It takes no options
+    (``options``: ``models.registry.NoOptions``)."""
 
     #: trains on the trunk's pooled vector (a frozen trunk caches that, not the map)
     needs_spatial_features = False
 
-    def __init__(self, config: EncoderConfig, word_vectors: np.ndarray | None = None) -> None:
+    def __init__(self, config: ModelConfig, word_vectors: np.ndarray | None = None, options: object = None) -> None:
         super().__init__()
         self.config = config
-        self.image_encoder = ImageEncoder(
-            config.backbone, config.pretrained, config.embed_dim, config.trunk, config.feature_dim
-        )
-        self.text_encoder = TextEncoder(
-            config.vocab_size, config.word_dim, config.gru_hidden, config.embed_dim, word_vectors
-        )
+        self.image_encoder = ImageEncoder(config)
+        self.text_encoder = TextEncoder(config, word_vectors)
 
     def encode_image(self, images: Tensor) -> Tensor:
         return self.image_encoder(images)

@@ -186,7 +186,12 @@ def create_app(searcher: Searcher, settings: ServeSettings | None = None) -> Fas
         responses={**found, **schema.refusals({400: schema.TEXT + schema.OPTIONS})},
     )
     def search_text(
-        q: str = Query(..., description="the query text (long texts: POST the same as JSON)"),
+        q: str = Query(
+            ...,
+            min_length=schema.QUERY_TEXT_MIN_LENGTH,
+            pattern=schema.QUERY_TEXT_PATTERN,
+            description="the query text, not whitespace alone (long texts: POST the same as JSON)",
+        ),
         k: int = Query(10, ge=1, le=MAX_K, description="how many results"),
         against: Literal["image", "text"] = Query("image", description="rank the items' images or their texts"),
     ) -> dict[str, Any]:

@@ -27,7 +27,7 @@ OPTIONS = ("bad_k", "bad_against", "empty_modality")
 #: a text query: none sent, or one the model cannot read (serving/embed.py)
 TEXT = ("no_text", "empty_text", "no_words", "no_known_word")
 #: a JSON body as serving/bodies.py reads it
-JSON_BODY = ("bad_content_length", "invalid_json", "too_deep")
+JSON_BODY = ("bad_content_length", "invalid_json", "too_deep", "too_many_digits")
 #: a vector query (serving/search.py, query_vectors)
 VECTOR = ("no_vector", "not_a_number", "ragged_vector", "not_finite", "zero_vector", "too_many_rows", "width_mismatch")
 #: an upload's form (serving/bodies.py, bounded_form)
@@ -53,7 +53,11 @@ def bad_against(value: object) -> ApiError:
 PARAMETER_REFUSALS = {
     "k": bad_k,
     "against": bad_against,
-    "q": lambda _: ApiError(400, "no_text", 'send the query text as ?q=TEXT (or POST {"q": TEXT} as JSON)'),
+    "q": lambda value: (
+        ApiError(400, "empty_text", "the query text is empty; type a few words")
+        if isinstance(value, str)  # there, but outside QUERY_TEXT (empty, or whitespace alone)
+        else ApiError(400, "no_text", 'send the query text as ?q=TEXT (or POST {"q": TEXT} as JSON)')
+    ),
     "id": lambda _: ApiError(400, "no_id", "send the item id as ?id=ITEM"),
 }
 
@@ -110,17 +114,23 @@ def _against(default: str) -> dict[str, Any]:
     return {"type": "string", "enum": list(MODALITIES), "default": default}
 
 
+#: a query text the API takes: one character at least that is not whitespace (else ``empty_text``); the query
+#: string's ``q`` is declared with the same bounds (serving/api.py)
+QUERY_TEXT_MIN_LENGTH, QUERY_TEXT_PATTERN = 1, r"\S"
 TEXT_BODY = {
     "type": "object",
     "required": ["q"],
-    "properties": {"q": {"type": "string", "description": "the query text (a whole article)"}, "k": _K,
-                   "against": _against("image")},
+    "properties": {"q": {"type": "string", "minLength": QUERY_TEXT_MIN_LENGTH, "pattern": QUERY_TEXT_PATTERN,
+                         "description": "the query text (a whole article); not whitespace alone"},
+                   "k": _K, "against": _against("image")},
 }
 
 
 def vector_body(width: int) -> dict[str, Any]:
     """A vector query as the index takes it: ``[D]`` or ``[K, D]`` JSON numbers, D the index's width."""
-    row = {"type": "array", "items": {"type": "number"}, "minItems": width, "maxItems": width}
+    # a row of zeros has no direction (``zero_vector``): a row holds one number that is not 0 at least
+    row = {"type": "array", "items": {"type": "number"}, "minItems": width, "maxItems": width,
+           "contains": {"type": "number", "not": {"const": 0}}}
     rows = {"type": "array", "items": row, "minItems": 1, "maxItems": MAX_QUERY_ROWS}
     return {
         "type": "object",

@@ -8,7 +8,6 @@ stream first); JSON nested a few thousand levels deep makes Python's recursive p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -16,10 +15,13 @@ from fastapi import Request
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 
-from common.bounded_json import json_depth
+from common.bounded_json import BoundedJsonError, JsonLimits, NotJsonError, loads_bounded
 
 #: deepest nesting of arrays and objects a JSON query may have: a [K, D] vector query is 3 deep
 MAX_JSON_DEPTH = 16
+#: the longest integer literal a JSON query may hold (309 digits already pass float range: ``not_finite``); a
+#: longer one is refused while it is parsed, before Python's own limit (4300 digits, a ValueError) is met
+MAX_BODY_INT_DIGITS = 1000
 #: multipart framing around an uploaded file (boundaries, headers) allowed on top of the size limit
 MULTIPART_OVERHEAD = 16 * 1024
 
@@ -90,24 +92,16 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
     """The request's JSON object, read no further than ``limit`` bytes (413 beyond, whatever the client
     declared) and nested at most :data:`MAX_JSON_DEPTH` deep; a body that is not a JSON object is a 400."""
     data = await bounded_request(request, limit, "query").body()
-    depth = json_depth(data)
-    if depth > MAX_JSON_DEPTH:
-        raise ApiError(
-            400,
-            "too_deep",
-            f"the body nests arrays or objects {depth} deep; a query nests at most {MAX_JSON_DEPTH} "
-            '(a vector is {"vector": [[...], ...]}, 3 deep)',
-        )
     try:
-        body = json.loads(data)
-    except RecursionError:  # not reached after the depth check; kept so no body can ever be a 500
-        raise ApiError(400, "too_deep", "the body nests arrays or objects too deeply") from None
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ApiError(400, "invalid_json", f"the body is not JSON: {_first_line(str(error))}") from None
+        body = loads_bounded(data, "the body", JsonLimits(limit, MAX_JSON_DEPTH, MAX_BODY_INT_DIGITS))
+    except NotJsonError as error:
+        raise ApiError(400, "invalid_json", f"the body {error.detail}") from None
+    except BoundedJsonError as error:
+        if error.bound == "digits":
+            raise ApiError(400, "too_many_digits", f"the body {error.detail} (beyond float range)") from None
+        raise ApiError(
+            400, "too_deep", f'the body {error.detail} (a vector is {{"vector": [[...], ...]}}, 3 deep)'
+        ) from None
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "the body must be a JSON object")
     return body
-
-
-def _first_line(text: str, limit: int = 200) -> str:
-    return text.splitlines()[0][:limit] if text else text

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from common.bounded_json import RECORD, BoundedJsonError, loads_bounded, read_bounded
 from common.files import atomic_directory, native_write, partial_path
 from common.hashing import file_sha256
 from common.tokenizer import TOKENIZERS
@@ -82,6 +83,8 @@ class BundleParts:
     #: epochs the pipeline infers new texts' vectors with; None: the bundle cannot give neighbor preservation
     doc2vec: Path | None = None
     doc2vec_infer_epochs: int | None = None
+    #: the epoch its Train selected (``_meta.json``'s summary): the checkpoint's must be it (None: not known)
+    trained_epoch: int | None = None
 
 
 @dataclass
@@ -166,6 +169,11 @@ def export_bundle(parts: BundleParts, out: Path) -> dict[str, Any]:
         model, epoch = load_trained(record, parts.checkpoint)  # the one loader: record checked, weights fitted
     except ModelRecordError as error:
         raise BundleError(str(error)) from None
+    if parts.trained_epoch is not None and epoch != parts.trained_epoch:
+        raise BundleError(
+            f"{parts.checkpoint} holds the weights of epoch {epoch}, but its Train selected epoch {parts.trained_epoch}: "
+            "it is not the checkpoint this Train kept; export an intact copy of the Train folder, or train again"
+        )
     state = model.state_dict()
     vocab_size, word_dim = _word_embedding_shape(state)
     if vocab_size != len(parts.vocab) + 2 or vocab_size != record.encoder.vocab_size:
@@ -278,11 +286,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
             f"{path} is not a model bundle (no {MANIFEST_FILE}); make one with `crossmodal export RUN OUT`"
         )
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise BundleError(
-            f"{manifest_path} is corrupt (not JSON: {error}); export the bundle again"
-        ) from error
+        manifest = read_bounded(manifest_path, RECORD)
+    except BoundedJsonError as error:
+        raise BundleError(f"{manifest_path} is corrupt: it {error.detail}; export the bundle again") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{manifest_path} is not a {BUNDLE_FORMAT} manifest")
     version = manifest.get("format_version")
@@ -292,6 +298,16 @@ def read_manifest(path: Path) -> dict[str, Any]:
             f"{', '.join(map(str, READABLE_VERSIONS))}. Export the model again with this version (`crossmodal export`)"
         )
     return manifest
+
+
+def _bundled_json(source: Path | str, what: str = "") -> Any:
+    """A JSON file of the bundle (``source`` a path), or JSON text it holds (``what`` names it), within bounds."""
+    try:
+        if isinstance(source, Path):
+            return read_bounded(source, RECORD)
+        return loads_bounded(source, what, RECORD)
+    except BoundedJsonError as error:
+        raise BundleError(f"{what or source} is corrupt: it {error.detail}; export the bundle again") from None
 
 
 def load_bundle(path: Path) -> Bundle:
@@ -314,10 +330,10 @@ def load_bundle(path: Path) -> Bundle:
             f"{', '.join(TOKENIZERS)}: update crossmodal, or export the model again"
         )
     weights = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
-    vocab = json.loads((path / VOCAB_FILE).read_text())
+    vocab = _bundled_json(path / VOCAB_FILE)
     where = str(path / MANIFEST_FILE)
     if "manifest" in weights:  # format 4: the manifest as exported
-        exported = json.loads(weights["manifest"])
+        exported = _bundled_json(weights["manifest"], f"{path / WEIGHTS_FILE} (its manifest)")
         edited = changed_fields({k: v for k, v in manifest.items() if k not in UNCOPIED}, exported)
         if edited:
             shown = ", ".join(edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")

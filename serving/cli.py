@@ -322,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "index" and not (args.images or args.table):
         parser().error("index needs --images DIR and/or --table FILE")
+    from common.run_folder import RunFolderError
     from data_recipes.manifest import ManifestError
     from data_recipes.validate import ImageRejected
     from serving.access import AccessError
@@ -337,6 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.run(args)
     except (
         BundleError,
+        RunFolderError,
         GalleryIndexError,
         QueryError,
         ImageRejected,

@@ -16,10 +16,10 @@ from torch import Tensor, nn
 from common.tokenizer import encode_texts, tokenizer_for
 from data_recipes.image_cache import centre_square
 from data_recipes.validate import DEFAULT_MAX_PIXELS, load_image_rgb
+from models.config import trunk_mode
 from models.encoders import frozen_trunk_features
 from models.inference import embed_pairs
 from models.registry import needs_spatial_features
-from models.settings import trunk_mode
 from models.training import PairData
 from serving.bundle import Bundle
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from common.bounded_json import RECORD, BoundedJsonError, read_bounded
 from common.files import atomic_path, native_write
 from serving.backends import APPROXIMATE_BACKENDS, SearchBackend, choose_backend
 from serving.bundle import Bundle, BundleError
@@ -158,9 +159,10 @@ class GalleryIndex:
                 f"{path} is not a search index (no {INDEX_FILE}); build one with `crossmodal index`"
             )
         try:
-            meta = json.loads((path / INDEX_FILE).read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise _damaged(path, INDEX_FILE, f"not JSON ({error})") from None
+            meta = read_bounded(path / INDEX_FILE, RECORD)
+        except BoundedJsonError as error:
+            detail = error.detail
+            raise _damaged(path, INDEX_FILE, detail[3:] if detail.startswith("is ") else f"JSON that {detail}") from None
         if not isinstance(meta, dict):
             raise _damaged(path, INDEX_FILE, "not a JSON object")
         if meta.get("format") != INDEX_FORMAT or meta.get("format_version") != INDEX_FORMAT_VERSION:

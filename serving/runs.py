@@ -10,61 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from common.hashing import file_sha256
+from common.run_folder import (
+    META_FILE,
+    declared_output,
+    finished_outputs,
+    meta_field,
+    plan_summary_of,
+    read_meta,
+    read_object,
+    upstream_folder,
+)
 from models.trained import ModelRecordError, read_record
 from serving.bundle import BundleError, BundleParts
-
-META_FILE = "_meta.json"
-#: where a run root keeps its run plans (pipeline.config.plan writes them; read here as files)
-PLAN_FOLDER, PLAN_FILE = "RunPlan", "run_plan.json"
-
-
-def _meta(folder: Path) -> dict[str, Any]:
-    """A task output's ``_meta.json`` (written last, so its presence means the output is whole); one line when it
-    is missing or damaged."""
-    path = Path(folder) / META_FILE
-    try:
-        meta = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BundleError(f"{folder} is not a finished task output ({META_FILE} is missing): run its task again") from None
-    except (OSError, ValueError) as error:
-        raise BundleError(f"{path} is damaged ({type(error).__name__}: {error}): run its task again") from None
-    if not isinstance(meta, dict):
-        raise BundleError(f"{path} is damaged (not a JSON object): run its task again")
-    return meta
-
-
-def _field(folder: Path, *keys: str) -> Any:
-    """A field of a task output's ``_meta.json`` (``"config", "headline", "method"``); one line when the metadata
-    lacks it (edited, or written by something else)."""
-    value: Any = _meta(folder)
-    for key in keys:
-        if not isinstance(value, dict) or key not in value:
-            raise BundleError(f"{Path(folder) / META_FILE} is damaged (it has no {'.'.join(keys)}): run its task again")
-        value = value[key]
-    return value
-
-
-def _output(folder: Path, name: str) -> Path:
-    """The file of declared output ``name`` of the task output ``folder``, as the task's metadata names it."""
-    outputs = _meta(folder).get("outputs", {})
-    if name not in outputs:
-        raise BundleError(f"{folder / META_FILE} names no output {name!r}: the folder was not written by this version")
-    path = Path(folder) / outputs[name]
-    if not path.exists():
-        raise BundleError(f"{path} is missing from a finished output: the folder was changed since; run its task again")
-    return path
-
-
-def _tail(path: str | Path) -> tuple[str, str]:
-    """``(task family, signature)`` of an output folder, however its run root was spelled."""
-    parts = Path(path).parts
-    return parts[-2], parts[-1]
-
-
-def _sibling(run_root: Path, recorded: str) -> Path:
-    family, signature = _tail(recorded)
-    return run_root / family / signature
-
+from serving.trained_as_recorded import check_trained_as_recorded
 
 RUN_INDEX_OUTPUT = "run_index"
 
@@ -72,8 +30,8 @@ RUN_INDEX_OUTPUT = "run_index"
 def finished_reports(run_root: Path) -> list[Path]:
     """The run root's finished Report folders, oldest first."""
     return sorted(
-        (p.parent for p in (run_root / "Report").glob(f"*/{META_FILE}")),
-        key=lambda p: str(_field(p, "finished_at")),
+        finished_outputs(run_root, "Report"),
+        key=lambda p: str(meta_field(p, "finished_at")),
     )
 
 
@@ -103,7 +61,7 @@ def choose_report(run_root: Path, report: str | None) -> Path:
 
 
 def _report_line(report: Path) -> str:
-    plan = run_plan_of(report)
+    plan = plan_summary_of(report)
     shown = {
         "profile": plan.get("profile"),
         "dataset": plan.get("dataset", {}).get("name"),
@@ -111,7 +69,7 @@ def _report_line(report: Path) -> str:
         "changes": " ".join(plan.get("changes", [])),
     }
     shown = {k: v for k, v in shown.items() if v}
-    return ", ".join(f"{k} {v}" for k, v in shown.items()) + f", finished {_field(report, 'finished_at')}"
+    return ", ".join(f"{k} {v}" for k, v in shown.items()) + f", finished {meta_field(report, 'finished_at')}"
 
 
 def find_train_dir(
@@ -128,11 +86,11 @@ def find_train_dir(
     the candidates."""
     source = Path(source)
     if (source / META_FILE).is_file():
-        if _meta(source).get("task") != "Train":
+        if read_meta(source).get("task") != "Train":
             raise BundleError(
-                f"{source} is a {_meta(source).get('task')} output; give a Train output or a run root"
+                f"{source} is a {read_meta(source).get('task')} output; give a Train output or a run root"
             )
-        trained = _meta(source)["config"]
+        trained = meta_field(source, "config")
         if variant is not None and variant != trained["variant"]["name"]:
             raise BundleError(f"{source} trained variant {trained['variant']['name']!r}, not {variant!r}: drop --variant or give a run root")
         if seed is not None and seed != trained["seed"]:
@@ -143,14 +101,11 @@ def find_train_dir(
             f"{source} is neither a Train output (no {META_FILE}) nor a run root (no Train/ folder)"
         )
     chosen = choose_report(source, report)
-    index = _output(chosen, RUN_INDEX_OUTPUT)
-    try:
-        runs = json.loads(index.read_text())["runs"]
-        if not isinstance(runs, list) or not all(isinstance(run, dict) for run in runs):
-            raise TypeError("its runs are not a list of runs")
-    except (OSError, ValueError, RecursionError, KeyError, TypeError) as error:
-        raise BundleError(f"{index} is damaged ({type(error).__name__}: {error}): run the report's task again") from None
-    variant = variant or _field(chosen, "config", "headline", "method")
+    index = declared_output(chosen, RUN_INDEX_OUTPUT)
+    runs = read_object(index, "run the report's task again").get("runs")
+    if not isinstance(runs, list) or not all(isinstance(run, dict) for run in runs):
+        raise BundleError(f"{index} is damaged (its runs are not a list of runs): run the report's task again")
+    variant = variant or meta_field(chosen, "config", "headline", "method")
     candidates = [run for run in runs if run["variant"] == variant]
     if not candidates:
         ran = sorted({run["variant"] for run in runs})
@@ -186,25 +141,11 @@ def _candidates(runs: list[dict[str, Any]]) -> str:
     )
 
 
-def run_plan_of(folder: Path) -> dict[str, Any]:
-    """The run plan a task output was made under (``<run_root>/RunPlan/<id>/run_plan.json``, its ``summary``);
-    empty when the output names none or the file is missing or damaged (it is derived: the next run of the plan
-    writes it anew; what is read here only labels a bundle or a report)."""
-    params = _meta(folder).get("params")
-    plan_id = params.get("plan") if isinstance(params, dict) else None
-    path = Path(folder).parent.parent / PLAN_FOLDER / str(plan_id) / PLAN_FILE
-    try:
-        summary = json.loads(path.read_text()).get("summary", {}) if plan_id and path.is_file() else {}
-    except (OSError, ValueError, RecursionError, AttributeError):
-        return {}
-    return summary if isinstance(summary, dict) and isinstance(summary.get("dataset", {}), dict) else {}
-
-
 def evaluation_of(train_dir: Path) -> Path | None:
     """The Evaluate output of a Train output in the same run root, if one was run."""
-    for path in sorted((Path(train_dir).parent.parent / "Evaluate").glob(f"*/{META_FILE}")):
-        if _tail(_meta(path.parent)["upstream"]["Train"]) == _tail(train_dir):
-            return path.parent
+    for evaluate in finished_outputs(Path(train_dir).parent.parent, "Evaluate"):
+        if upstream_folder(evaluate, "Train").name == Path(train_dir).name:
+            return evaluate
     return None
 
 
@@ -214,46 +155,47 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
     the run root's Evaluate of this Train, if any). The one bundle builder of SearchIndex and
     ``crossmodal export``."""
     train_dir = Path(train_dir)
-    run_root = train_dir.parent.parent
-    meta = _meta(train_dir)
+    meta = read_meta(train_dir)
     made = meta.get("summary", {}).get("model_record") if isinstance(meta.get("summary"), dict) else None
     try:
-        record = read_record(_output(train_dir, "model"), made)
+        record = read_record(declared_output(train_dir, "model"), made)
     except ModelRecordError as error:
         raise BundleError(str(error)) from None
+    check_trained_as_recorded(train_dir, meta, record, plan_summary_of(train_dir))
     vocab_file = (train_dir / record.vocabulary["file"]).resolve()
     if not vocab_file.is_file() or file_sha256(vocab_file) != record.vocabulary["sha256"]:
         raise BundleError(
             f"{train_dir}: the vocabulary its model record names ({vocab_file}) is missing or was changed since "
             "training; export from the run root the model was trained in"
         )
-    prepared = _meta(_sibling(run_root, meta["upstream"]["PrepareDataset"]))
+    image_size = meta_field(upstream_folder(train_dir, "PrepareDataset"), "summary", "image_cache", "image_size")
     evaluate_dir = evaluation_of(train_dir) if evaluate_dir is None else Path(evaluate_dir)
     metrics: dict[str, Any] = {}
     doc2vec, infer_epochs = None, None
     if evaluate_dir is not None:
-        metrics = json.loads(_output(evaluate_dir, "metrics").read_text())
+        metrics = read_object(declared_output(evaluate_dir, "metrics"))
         # the Doc2Vec its neighbor preservation was measured against (Train needs none without text neighbors)
-        doc2vec_dir = _sibling(run_root, _meta(evaluate_dir)["upstream"]["TrainDoc2Vec"])
-        doc2vec = _output(doc2vec_dir, "model")
-        infer_epochs = int(_meta(doc2vec_dir)["config"]["doc2vec"]["infer_epochs"])
-    plan = run_plan_of(train_dir)
-    spec = meta["config"]["variant"]
+        doc2vec_dir = upstream_folder(evaluate_dir, "TrainDoc2Vec")
+        doc2vec = declared_output(doc2vec_dir, "model")
+        infer_epochs = int(meta_field(doc2vec_dir, "config", "doc2vec", "infer_epochs"))
+    plan = plan_summary_of(train_dir)
+    spec = meta_field(train_dir, "config", "variant")
     return BundleParts(
         variant=spec["name"],
         label=metrics.get("label", spec["name"]),
         spec=spec,
-        train=meta["config"]["train"],
+        train=meta_field(train_dir, "config", "train"),
         record=record,
-        checkpoint=_output(train_dir, "checkpoint"),
-        vocab=json.loads(vocab_file.read_text()),
-        image_cache_size=int(prepared["summary"]["image_cache"]["image_size"]),
+        checkpoint=declared_output(train_dir, "checkpoint"),
+        vocab=read_object(vocab_file, "export from the run root the model was trained in"),
+        trained_epoch=meta.get("summary", {}).get("best_epoch"),
+        image_cache_size=int(image_size),
         metrics=metrics,
         doc2vec=doc2vec,
         doc2vec_infer_epochs=infer_epochs,
         source={
             "train": f"{train_dir.name}",
-            "seed": meta["config"]["seed"],
+            "seed": meta_field(train_dir, "config", "seed"),
             "profile": plan.get("profile"),
             "dataset": plan.get("dataset", {}).get("name"),
         },
@@ -264,10 +206,8 @@ def split_of_train_dir(train_dir: Path) -> tuple[Path, Path | None]:
     """The ``Split`` manifest a Train output trained on, and its data's ground truth (the embedded recipe
     writes one; other recipes none)."""
     train_dir = Path(train_dir)
-    run_root = train_dir.parent.parent
-    upstream = _meta(train_dir)["upstream"]
-    split = _output(_sibling(run_root, upstream["Split"]), "manifest")
-    prepared = _sibling(run_root, upstream["PrepareDataset"])
-    outputs = _meta(prepared).get("outputs", {})
-    truth = prepared / outputs["ground_truth"] if "ground_truth" in outputs else None
+    split = declared_output(upstream_folder(train_dir, "Split"), "manifest")
+    prepared = upstream_folder(train_dir, "PrepareDataset")
+    outputs = read_meta(prepared).get("outputs", {})
+    truth = prepared / outputs["ground_truth"] if isinstance(outputs, dict) and "ground_truth" in outputs else None
     return split, truth if truth is not None and truth.exists() else None

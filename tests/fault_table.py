@@ -62,6 +62,21 @@ def run_command(main: Callable[[Sequence[str]], int], argv: Sequence[str]) -> Do
     return Done(status, out.getvalue(), err.getvalue())
 
 
+def assert_the_luigi_command_refuses(fault: Fault, root: Path) -> None:
+    """``luigi --module pipeline FullRun --profile smoke <fault.args>`` (Luigi's own command, its own parsing of the
+    flags) stops before any task: exit 2, one ``error:`` line holding the row's phrase, no traceback, nothing in
+    ``root``."""
+    import subprocess
+    import sys
+
+    command = [str(Path(sys.executable).with_name("luigi")), "--module", "pipeline", "FullRun", "--profile", "smoke"]
+    done = subprocess.run([*command, "--run-root", str(root), *fault.args], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=120)
+    ours = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(ours) == 1 and fault.said in ours[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Uncaught exception" not in done.stderr and not root.exists()
+
+
 def assert_refused(done: Done, fault: Fault) -> None:
     """The command exited with the row's status and said one line holding the row's phrase."""
     lines = done.stderr.strip().splitlines()

@@ -203,3 +203,35 @@ def test_the_description_holds_the_request_bodies(searcher):
     parameters = {p["name"] for ops in paths.values() for op in ops.values() for p in op.get("parameters", [])}
     assert parameters == set(PARAMETER_REFUSALS)
     assert "HTTPValidationError" not in str(description)  # FastAPI's 422 {"detail": ...}: never given
+
+
+def test_the_description_leaves_out_what_the_api_refuses(searcher):
+    """Issue 53: an empty ``q`` and an all-zero vector were valid by the description yet answered 400 (a fuzzer
+    checking that valid requests are accepted found 4 such failures). The description now leaves them out, and
+    what it calls valid at those edges is answered."""
+    from jsonschema_rs import Draft202012Validator  # schemathesis's own validator
+
+    app = create_app(searcher, served_settings())
+    paths = app.openapi()["paths"]
+    client = TestClient(app, base_url=f"http://{TEST_HOST}")
+
+    def valid(schema: dict, value: object) -> bool:
+        return Draft202012Validator(schema).is_valid(value)
+
+    body = paths["/api/search/text"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    parameter = next(p["schema"] for p in paths["/api/search/text"]["get"]["parameters"] if p["name"] == "q")
+    for blank in ["", " ", "\n\t "]:
+        assert not valid(body, {"q": blank}) and not valid(parameter, blank), repr(blank)
+        assert client.get("/api/search/text", params={"q": blank}).json()["reason"] == "empty_text"
+        assert client.post("/api/search/text", json={"q": blank}).json()["reason"] == "empty_text"
+    assert valid(body, {"q": " x "}) and valid(parameter, "x")
+    assert client.get("/api/search/text").json()["reason"] == "no_text"  # missing is another refusal
+
+    width = searcher.index.meta["bundle"]["width"]
+    vector = paths["/api/search/vector"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    for zeros in [[0] * width, [0.0] * width, [[0.1] * width, [-0.0] * width]]:
+        assert not valid(vector, {"vector": zeros})
+        assert client.post("/api/search/vector", json={"vector": zeros}).json()["reason"] == "zero_vector"
+    smallest = [0.0] * (width - 1) + [5e-324]  # one number that is not 0, the least there is: a direction
+    assert valid(vector, {"vector": smallest})
+    assert client.post("/api/search/vector", json={"vector": smallest, "k": 1}).status_code == 200

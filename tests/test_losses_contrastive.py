@@ -674,5 +674,5 @@ def test_hyperparameter_guards():
         build_loss("cross_example_negative_mining", fraction=0.0)
     with pytest.raises(LossPreconditionError, match="top_k"):
         build_loss("stochastic_negative_mining", top_k=0)
-    with pytest.raises(LossPreconditionError, match="s >= 1"):
+    with pytest.raises(LossPreconditionError, match="scale: must be >= 1"):
         build_loss("instance_cross_entropy", scale=0.5)

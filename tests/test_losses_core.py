@@ -525,7 +525,7 @@ def test_bad_inputs_raise_a_helpful_precondition_error(name, params, change, mes
     ],
 )
 def test_bad_parameters_are_refused_at_construction(name, params):
-    with pytest.raises(LossPreconditionError, match="choose one of|outside|at least one|available: "):
+    with pytest.raises(LossPreconditionError, match=rf"{name}\.{next(iter(params))}: (must be|unknown)"):
         build_loss(name, **params)
 
 
@@ -548,22 +548,25 @@ def package_imports(module: str) -> set[str]:
     return found
 
 
-HELPERS = ("base", "checks", "distances", "pair_terms", "softmax_terms")
-#: what each helper module may import of the package: checks nothing, base and the distances checks only, the
-#: term modules checks and the distances (pair_terms also base: its cross-modal term loss is a Loss)
+HELPERS = ("base", "checks", "distances", "pair_terms", "settings", "softmax_terms")
+#: what each helper module may import of the package: checks nothing, the distances and the settings' declarations
+#: checks only, base checks and the settings, the term modules checks and the distances (pair_terms also base: its
+#: cross-modal term loss is a Loss; and the settings: the terms' settings are declared there)
 HELPER_IMPORTS = {
     "checks": set(),
-    "base": {"checks"},
+    "base": {"checks", "settings"},
     "distances": {"checks"},
-    "pair_terms": {"base", "checks", "distances"},
+    "pair_terms": {"base", "checks", "distances", "settings"},
     "softmax_terms": {"checks"},
+    "settings": {"checks"},
 }
 
 
 def test_every_loss_imports_only_base_and_the_helper_modules():
     """A loss never imports another loss, so adding or changing one touches one file; below a loss the
-    helpers are shallow (``base`` and ``distances`` import only ``checks``, the term modules ``checks``,
-    ``distances`` and, for ``pair_terms``, ``base``), so the chain from a loss is at most four modules long."""
+    helpers are shallow (``distances`` and ``settings`` import only ``checks``, ``base`` ``checks`` and ``settings``,
+    the term modules ``checks``, ``distances`` and, for ``pair_terms``, ``base`` and ``settings``), so the chain from
+    a loss is at most five modules long."""
     import pkgutil
 
     import models.losses

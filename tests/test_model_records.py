@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from models.inference import embed_pairs
-from models.record_check import ModelRecordError, check_record_payload, record_checksum
-from models.trained import READABLE_FORMATS, load_trained, read_record
+from models.record_check import ModelRecordError, record_checksum
+from models.trained import ModelRecord, load_trained, read_record
 from pipeline.engine.task import threads_per_worker
 from pipeline.tasks.train_inputs import load_pair_data
 from tests.cli_runs import crossmodal
@@ -167,7 +167,7 @@ def test_the_record_check_names_the_field(run_parts, edit, said):
     record = json.loads(run_parts[3].output_path("model").read_text())
     edit(record)
     with pytest.raises(ModelRecordError, match=said):
-        check_record_payload(record, READABLE_FORMATS)
+        ModelRecord.from_json(record)
 
 
 def test_a_copied_train_folder_loads_and_embeds_as_its_evaluate_did(run_parts, tmp_path):

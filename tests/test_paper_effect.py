@@ -1,6 +1,7 @@
-"""The report's reading of a comparison against the paper's own effect (issue 45): ruled out / consistent /
-confirmed on hand-built intervals, the paper's figures, the variance split behind the seeds-or-items projection
-against a loop reference, and the tie rule on hand-built runs."""
+"""The report's reading of a comparison against the paper's own effect (issues 45 and 50): where the paper's
+point estimate lies against hand-built intervals, "at the line", Holm's adjustment against its definition, the
+paper's figures, the variance split behind the seeds-or-items projection against a loop reference and its range,
+and the tie rule on hand-built runs ("tie not tested" when the other side was not trained)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from evaluation.paper_effect import (
     variance_parts,
 )
 from evaluation.report import ReportInputs, build_report
-from evaluation.report.paper_section import DEPENDS, HOLDS, NO_TIE, compare_with_paper
+from evaluation.report.paper_section import DEPENDS, HOLDS, NO_TIE, NOT_TESTED, compare_with_paper
+from evaluation.statistics import holm
 from tests.test_report import planted_runs
 
 
@@ -164,3 +166,64 @@ def test_the_projection_is_in_the_report_for_each_comparison():
         power = entry["power"]
         assert power["available"] and power["mde_now"] == pytest.approx(entry["mde"])
         assert power["target_mde"] > 0 and power["paper_dataset"] in ("Politics", "GoodNews")
+
+
+def test_holm_matches_its_definition_on_hand_built_p_values():
+    # m = 4: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> made non-decreasing
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0]) and holm([]) == []
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        p = rng.uniform(0, 0.2, size=rng.integers(1, 12)).tolist()
+        # the step-down procedure as Holm states it: reject in order while p_(i) <= alpha / (m - i + 1)
+        for alpha in (0.01, 0.05, 0.1):
+            order, rejected = sorted(range(len(p)), key=lambda i: p[i]), set()
+            for rank, index in enumerate(order):
+                if p[index] > alpha / (len(p) - rank):
+                    break
+                rejected.add(index)
+            assert {i for i, adjusted in enumerate(holm(p)) if adjusted <= alpha} == rejected
+
+
+def test_a_bound_within_a_tenth_of_the_mde_of_the_papers_value_is_at_the_line():
+    row = {"key": "i2t", "difference": -0.01, "ci_low": -0.02, "ci_high": 0.0105, "baseline_mean": 0.6, "se": 0.01, "mde": 0.028}
+    politics = paper_readings(row, "ours", "ang_np_sym", 5)[0]  # the paper's Politics effect: +0.0197
+    assert politics["reading"] == RULED_OUT and not politics["at_the_line"]
+    close = paper_readings({**row, "ci_high": 0.0197 - 0.002}, "ours", "ang_np_sym", 5)[0]
+    assert close["reading"] == RULED_OUT and close["at_the_line"], "0.002 from the paper's value: under 0.1 x 0.028"
+    inside = paper_readings({**row, "ci_high": 0.0197 + 0.001}, "ours", "ang_np_sym", 5)[0]
+    assert inside["reading"] == CONSISTENT and inside["at_the_line"]
+    assert politics["p_value"] == pytest.approx(math.erfc(abs(-0.01 - 0.0197) / 0.01 / math.sqrt(2)), rel=1e-3)
+
+
+def test_a_tie_whose_other_side_was_not_trained_reads_not_tested():
+    inputs = tuned_inputs(tie=True, runner_up_better=True)
+    inputs.runner_up_runs = []
+    entries = compare_with_paper(inputs, "tuned")
+    assert {e["tie"] for e in entries} == {NOT_TESTED}
+    assert "its runner-up (trial 1) was not trained" in entries[0]["untested_ties"][0]
+    # a trial stopped at a rung and not resolved below the choice there: a tie no run tested
+    stopped = tuned_inputs(tie=False, runner_up_better=False)
+    stopped.selections["ours"] = {**stopped.selections["ours"], "rung_ties": [4], "rung_comparisons": {"4": {"epochs": 3}}}
+    entries = compare_with_paper(stopped, "tuned")
+    assert {e["tie"] for e in entries} == {NOT_TESTED} and "stopped at the rung of 3 epochs" in entries[0]["untested_ties"][0]
+    md = build_report(stopped, output_dir=None)[0].to_markdown()
+    assert "**A tie was not tested**" in md and "no tie" not in md.split("## Against the paper's own effect")[1].split("\n## ")[0].replace(NO_TIE, "")
+
+
+def test_the_section_counts_its_readings_and_gives_holm_beside_the_raw_ones():
+    entries = compare_with_paper(tuned_inputs(tie=False, runner_up_better=False), "tuned")
+    readings = [r for e in entries for r in e["readings"]]
+    assert all("holm_p" in r and r["holm_p"] >= r["p_value"] for r in readings)
+    md = build_report(tuned_inputs(tie=False, runner_up_better=False), output_dir=None)[0].to_markdown()
+    assert f"makes **{len(readings)} readings**" in md and "Holm-adjusted" in md
+    assert "point estimate" in md and "on this data" in md and "ruled out" not in md
+
+
+def test_the_projection_gives_the_range_its_seed_spread_allows():
+    for entry in compare_with_paper(tuned_inputs(tie=False, runner_up_better=False), "tuned"):
+        power = entry["power"]
+        low, high = power["seeds_needed_range"]
+        shown = [n for n in (low, power["seeds_needed"], high) if n is not None]
+        assert shown == sorted(shown), "more seed spread never needs fewer seeds"
+        assert power["variance"]["seeds_range"][0] <= power["variance"]["seeds"] <= power["variance"]["seeds_range"][1]

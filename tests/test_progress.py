@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.run.progress import HISTORY_FILE, META_FILE, ProgressDisplay, WatchedTask
+from common.run_folder import HISTORY_FILE, META_FILE
+from pipeline.run.progress import ProgressDisplay, WatchedTask
 
 
 class Clock:
@@ -69,13 +70,6 @@ def finish(
     meta = {"wall_time_s": wall, "summary": summary or {}, "params": params or {}}
     (partial / META_FILE).write_text(meta_text if meta_text is not None else json.dumps(meta))
     os.replace(partial, task_dir)
-
-
-def test_the_file_names_are_those_the_pipeline_writes():
-    from models.training.history import HISTORY_FILE as written_history
-    from pipeline.engine.task import META_FILE as written_meta
-
-    assert (META_FILE, HISTORY_FILE) == (written_meta, written_history)
 
 
 def test_plain_mode_writes_one_line_per_finished_task_and_the_start_and_end(tmp_path):

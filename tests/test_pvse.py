@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from models.batching import BatchSampler
-from models.encoders import EncoderConfig
+from models.config import ModelConfig
 from models.losses import LOSSES, LossPreconditionError, build_loss
 from models.losses.pvse_mil import diversity_penalty, mil_similarity, mmd_penalty
 from models.pvse import PolysemousInstanceEmbedding, PVSEModel
@@ -23,7 +23,7 @@ from pipeline.config.variants import VARIANTS
 from pipeline.tasks.cocos import collect_cocos
 
 VOCAB = 23
-CONFIG = EncoderConfig(
+CONFIG = ModelConfig(
     backbone="resnet18", pretrained=False, embed_dim=16, word_dim=8, gru_hidden=12, vocab_size=VOCAB
 )
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from models.batching import BatchSampler
-from models.encoders import EncoderConfig
+from models.config import ModelConfig
 from models.inference import embed_pairs
 from models.losses import build_loss
 from models.settings import TrainSettings
@@ -40,7 +40,7 @@ def tiny_data(n: int = 40) -> PairData:
 
 def tiny_model(seed: int = 0) -> VSEModel:
     torch.manual_seed(seed)
-    config = EncoderConfig(
+    config = ModelConfig(
         backbone="resnet18", pretrained=False, embed_dim=8, word_dim=8, gru_hidden=8, vocab_size=20
     )
     return VSEModel(config)

@@ -16,14 +16,9 @@ import torch
 from common.hashing import file_sha256
 from common.settings import significant
 from models.backbones import build_trunk
-from models.encoders import (
-    EncoderConfig,
-    ImageEncoder,
-    frozen_trunk_features,
-    normalised_pixels,
-    resize_batch,
-)
-from models.settings import TrainSettings, trunk_mode
+from models.config import ModelConfig, trunk_mode
+from models.encoders import ImageEncoder, frozen_trunk_features, normalised_pixels, resize_batch
+from models.settings import TrainSettings
 from models.training.setup import parameter_groups
 from pipeline import Evaluate
 from pipeline.config.checks import RunConfigurationError
@@ -63,7 +58,7 @@ def test_the_cache_under_the_trained_stages_is_the_trunks_own_forward(backbone, 
 
 def test_a_top_stages_tower_holds_only_its_stages_and_their_imagenet_weights():
     torch.manual_seed(0)
-    tower = ImageEncoder("efficientnet_lite0", True, 16, "top2")
+    tower = ImageEncoder(ModelConfig("efficientnet_lite0", True, 16, trunk="top2"))
     imagenet = build_trunk("efficientnet_lite0", True)
     assert tower.pretrained_loaded and tower.weights_source["file"].startswith("efficientnet-lite0")
     top = dict(imagenet.top(2).named_parameters())
@@ -82,7 +77,7 @@ def test_a_top_stages_tower_holds_only_its_stages_and_their_imagenet_weights():
 
 def test_the_trunk_learning_rate_scale_puts_the_trunk_in_a_group_of_its_own():
     torch.manual_seed(0)
-    tower = ImageEncoder("efficientnet_lite0", False, 16, "top1")
+    tower = ImageEncoder(ModelConfig("efficientnet_lite0", False, 16, trunk="top1"))
     settings = TrainSettings(trunk="top1", horizontal_flip=False, learning_rate=1e-3, trunk_learning_rate_scale=0.1)
     rest, trunk = parameter_groups(tower, settings)
     assert trunk["lr"] == pytest.approx(1e-4) and rest["lr"] == 1e-3
@@ -130,7 +125,7 @@ def test_the_finetune_profile_changes_only_the_trunk_and_the_grid():
     assert replace(plan.settings.train, trunk="frozen", trunk_learning_rate_scale=1.0) == demo.settings.train
     assert plan.settings.tuning == replace(demo.settings.tuning, protocol="tuned")
     assert all(plan.seeds_for(v) == (0, 1, 2) for v in plan.grid)
-    assert EncoderConfig().trunk == "finetune", "the paper profile keeps the whole trunk training"
+    assert ModelConfig().trunk == "finetune", "the paper profile keeps the whole trunk training"
 
 
 @pytest.mark.slow
@@ -186,3 +181,20 @@ def test_a_top_stages_model_trains_exports_and_reloads_to_the_same_embeddings(tm
         cached = frozen_trunk_features(bundle.trunk, resize_batch(pixels, 32), mean, std, False, 1)
         by_hand = bundle.model.encode_image(cached)
     np.testing.assert_allclose(by_hand.numpy(), task.load("test_image")[:4], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "no_op",
+    ["train.trunk_learning_rate_scale=0.5", "train.trunk_batchnorm=batch", "train.trunk_views=4", "train.trunk_epochs=3",
+     "train.trunk_warm_start=false", "train.warm_start_learning_rate_scale=0.5"],
+)
+def test_a_trunk_setting_under_the_frozen_trunk_reruns_nothing(no_op, tmp_path):
+    """A setting that does not act under the chosen mode changes no hash: with the frozen trunk (smoke's), the
+    plan's every task keeps its output path, so nothing reruns (issue 53)."""
+    from pipeline import FullRun
+    from pipeline.run.status import walk
+
+    before = FullRun(profile="smoke", run_root=str(tmp_path))
+    after = FullRun(profile="smoke", run_root=str(tmp_path), set=(no_op,))
+    paths = [sorted(str(task.output_dir().relative_to(tmp_path)) for task in walk(run)) for run in (before, after)]
+    assert paths[0] == paths[1] and sum(path.startswith("Train/") for path in paths[0]) > 5

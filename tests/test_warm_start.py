@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from models.backbones import build_trunk
 from models.cached_views import CachedViews
-from models.encoders import EncoderConfig, frozen_trunk_features, resize_batch
+from models.config import ModelConfig
+from models.encoders import frozen_trunk_features, resize_batch
 from models.registry import build_model
 from models.trained import ModelRecordError, load_warm_start
 from models.training.history import TrainResult
@@ -33,8 +34,8 @@ def _pixels(n: int = 12, side: int = 48) -> torch.Tensor:
 def _models(batchnorm_frozen: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
     """A frozen-trunk VSE model (the parent, its head at a random init) and a top-1 model warm-started from it."""
     torch.manual_seed(0)
-    parent = build_model("vse", EncoderConfig(backbone=BACKBONE, embed_dim=32, word_dim=8, gru_hidden=16, vocab_size=20, trunk="frozen", feature_dim=1280), None)
-    child = build_model("vse", EncoderConfig(backbone=BACKBONE, embed_dim=32, word_dim=8, gru_hidden=16, vocab_size=20, trunk="top1"), None)
+    parent = build_model("vse", ModelConfig(backbone=BACKBONE, embed_dim=32, word_dim=8, gru_hidden=16, vocab_size=20, trunk="frozen", feature_dim=1280), None)
+    child = build_model("vse", ModelConfig(backbone=BACKBONE, embed_dim=32, word_dim=8, gru_hidden=16, vocab_size=20, trunk="top1"), None)
     child.image_encoder.frozen_batchnorm = batchnorm_frozen
     load_warm_start(child, parent.state_dict(), "the parent")
     return parent.eval(), child.train()
@@ -140,3 +141,38 @@ def test_the_study_can_choose_the_frozen_trunk():
     costly = _row(2, 50.0, [0.60, 0.62, 0.61, 0.63])
     chosen = choose([frozen, costly], max_cost=4.0)
     assert chosen["stages"] == 0 and chosen["tower_stages"] is None and chosen["unaffordable"] == [2]
+
+
+@pytest.mark.slow
+def test_a_tuned_learning_tower_is_tuned_as_frozen_and_reported_against_its_frozen_start(tmp_path):
+    """Through FullRun (smoke, tuned protocol, top-1 with cached views): the trials are the frozen parents, each
+    report seed's learning tower starts from its seed's final frozen run, both are evaluated, and the report
+    compares them; a trial stopped at the rung is compared with the choice there."""
+    import json
+
+    from pipeline import FullRun
+    from tests.luigi_runs import build
+
+    changes = ("train.trunk=top1", "train.trunk_views=2", "tuning.protocol=tuned")
+    task = FullRun(profile="smoke", run_root=str(tmp_path), set=changes, variants=("ang_np_sym", "ours"))
+    result, _ = build([task])
+    assert result
+    tuned = task.report().tuned_runs()
+    ours = next(t for t in tuned if t.variant == "ours")
+    tune = ours.requires()["tune"]
+    selection = tune.load("selection")
+    trial_runs = [run["train"] for trial in selection["trials"] if "seeds" in trial for run in trial["seeds"].values()]
+    assert trial_runs and all(json.loads((Path(run) / "_meta.json").read_text())["summary"]["trunk"] == "frozen" for run in trial_runs)
+    stopped = [i for i, trial in enumerate(selection["trials"]) if trial["stopped_at_rung"] is not None]
+    assert stopped and set(selection["rung_comparisons"]) == {str(i) for i in stopped}
+    learning, starts = ours.final_trains(), ours.extended_trains()
+    assert [t.train_settings().trunk for t in learning] == ["top1"] * len(starts)
+    for tower, start in zip(learning, starts, strict=True):
+        assert tower.requires()["parent"].output_dir() == start.output_dir()
+    runs = ours.load("runs")
+    assert set(runs["frozen_start"]["evaluations"]) == set(runs["evaluations"])
+    report = task.report()
+    md = report.output_path("markdown").read_text()
+    assert "## Does the image tower learn? Each method against its own frozen start" in md
+    payload = json.loads(report.output_path("json").read_text())
+    assert {entry["variant"] for entry in payload["frozen_start"]} == {"ang_np_sym", "ours"}

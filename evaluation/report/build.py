@@ -14,6 +14,7 @@ from typing import Any
 from evaluation.document import Document
 from evaluation.report.calibration import calibration_section
 from evaluation.report.cocos_table import cocos_section
+from evaluation.report.frozen_start import compare_with_frozen_start, frozen_start_section
 from evaluation.report.full_ranking import full_ranking_section
 from evaluation.report.inputs import FIGURES_DIR, ReportInputs
 from evaluation.report.learned import against_chance, chance_table_section, learned_section
@@ -57,6 +58,8 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
     doc = Document(inputs.title)
     run_intro(doc, inputs.run_info)
     paper_effect_section(doc, paper, comparisons["fair"])
+    frozen_start = compare_with_frozen_start(inputs)
+    frozen_start_section(doc, frozen_start)
     chance = {
         protocol: against_chance(protocol_runs, inputs.bootstrap_resamples)
         for protocol, protocol_runs in (("tuned", inputs.tuned_runs), ("shared", inputs.runs))
@@ -96,6 +99,8 @@ def build_report(inputs: ReportInputs, output_dir: Path | None = None) -> tuple[
         "chance": chance,
         # each headline comparison against the paper's Table 1 and 3 effects, with its tie and power readings
         "paper_effect": paper,
+        # a learning tower against the frozen-trunk runs it started from (empty without a warm start)
+        "frozen_start": frozen_start,
         "protocols": comparisons,
         "variants": summary,
         "significance": significance,

@@ -97,3 +97,6 @@ class ReportInputs:
     #: a tuned variant whose choice was a tie: its report seeds trained at the runner-up's setting too (the
     #: report reads each comparison under both choices)
     runner_up_runs: list[VariantRun] = field(default_factory=list)
+    #: a learning tower that started from a frozen-trunk run (a warm start): each tuned variant's report seeds'
+    #: frozen runs it started from, evaluated on test (the report pairs the two towers)
+    frozen_start_runs: list[VariantRun] = field(default_factory=list)

@@ -5,9 +5,22 @@ The angular term itself (Eq. 2-3) is in ``pair_terms``: the within-modality loss
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from common.settings import redeclared
 from models.losses.base import register_loss
-from models.losses.checks import COCOS_EPS, chosen
-from models.losses.pair_terms import ANGULAR_FORMS, AngularTerm, CrossModalTermLoss, tan_squared
+from models.losses.checks import chosen
+from models.losses.pair_terms import ANGULAR_FORMS, AngularTerm, CrossModalTermLoss, TermSettings, tan_squared
+from models.losses.settings import LossSettings, Shared
+
+
+@dataclass(frozen=True)
+class AngularSettings(LossSettings):
+    form: str = redeclared(TermSettings, "angular_form")
+    alpha_degrees: float = redeclared(TermSettings, "alpha_degrees")
+    symmetric: bool = redeclared(Shared, "symmetric")
+    cocos_eps: float = redeclared(Shared, "cocos_eps")
 
 
 @register_loss("angular", eq8_cross_modal=True)
@@ -19,13 +32,8 @@ class Angular(CrossModalTermLoss):
     smooth N-pair form of Wang et al. (the authors' code) or Eq. 2's hinge (``pair_terms.ANGULAR_FORMS``).
     """
 
-    def __init__(
-        self,
-        form: str = "smooth",
-        alpha_degrees: float = 45.0,
-        symmetric: bool = True,
-        cocos_eps: float = COCOS_EPS,
-    ) -> None:
-        super().__init__()
-        self.term = AngularTerm(chosen(ANGULAR_FORMS, form), tan_squared(alpha_degrees), cocos_eps)
-        self.symmetric = symmetric
+    settings_class = AngularSettings
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.term = AngularTerm(chosen(ANGULAR_FORMS, self.form), tan_squared(self.alpha_degrees), self.cocos_eps)

@@ -27,7 +27,8 @@ Rows may come from several processes (gathered and concatenated); nothing here a
 A loss implements three steps and :class:`Loss` runs them, so that the loss and its COCOS diagnostics
 (Bleeker & de Rijke §4) always read the same guarded inputs, masks and scores: ``prepare`` (input guards
 and the set-up shared by both), ``compute`` (the loss's equation) and ``contributions`` (its per-query
-gradient-contribution counts). Adding a loss is one module defining these plus :func:`register_loss`.
+gradient-contribution counts). Adding a loss is one module defining these, its settings class (each parameter
+declared once: :mod:`models.losses.settings`) and :func:`register_loss`.
 
 ``LOSSES`` is the project's one name table (:class:`common.registry.Registry`): ``name in LOSSES``,
 ``LOSSES[name]`` and ``sorted(LOSSES)`` read it like the dict it replaced, an unknown name says what is close
@@ -37,6 +38,7 @@ and what exists, and a renamed loss keeps its old name through ``LOSSES.deprecat
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
@@ -46,6 +48,7 @@ from common.registry import Registry
 
 # the input guards live in checks; the loss interface re-exports the two names every loss file uses with it
 from models.losses.checks import NEIGHBOR_KEYWORDS, LossPreconditionError
+from models.losses.settings import LossSettings, NoSettings, loss_settings
 
 __all__ = [
     "LOSSES",
@@ -68,10 +71,13 @@ Prepared = TypeVar("Prepared")
 
 
 class Loss(nn.Module, Generic[Prepared]):
-    """Base class: subclasses set ``name`` through :func:`register_loss` and implement ``prepare`` and
-    ``compute`` (and ``contributions`` for COCOS); ``forward`` and ``diagnostics`` are the same for all."""
+    """Base class: subclasses set ``name`` through :func:`register_loss`, declare their settings
+    (``settings_class``) and implement ``prepare`` and ``compute`` (and ``contributions`` for COCOS); ``forward``
+    and ``diagnostics`` are the same for all."""
 
     name: ClassVar[str] = ""
+    #: the loss's parameters, declared once (default, range, meaning: :mod:`models.losses.settings`)
+    settings_class: ClassVar[type[LossSettings]] = NoSettings
     #: keywords this loss needs besides ``image`` and ``text`` (and ``"group_mates"``); the trainer uses it to
     #: decide whether neighbors must be sampled and whether batches are filled group by group.
     needs: ClassVar[frozenset[str]] = frozenset()
@@ -79,6 +85,14 @@ class Loss(nn.Module, Generic[Prepared]):
     #: boolean-mask indexing, no ``nonzero``/``unique``, no branch on a tensor's value), so a CUDA graph can
     #: capture it; set on the losses ``tests/test_static_step.py`` runs under a read-back guard
     graph_safe: ClassVar[bool] = False
+
+    def __init__(self, **params: Any) -> None:
+        """The loss with ``params`` (its declared settings; the others at their defaults), each checked by its
+        declaration: ``self.settings``, and each setting an attribute of the loss too (``self.margin``)."""
+        super().__init__()
+        self.settings = loss_settings(self.settings_class, params, self.name or type(self).__name__)
+        for field in fields(self.settings):
+            setattr(self, field.name, getattr(self.settings, field.name))
 
     @property
     def needs_neighbors(self) -> bool:

@@ -65,12 +65,6 @@ def chosen(registry: Registry[Choice], name: str) -> Choice:
     return registry.get(name)
 
 
-def check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:
-    """Guard for a string option, naming the valid ones."""
-    if value not in choices:
-        raise LossPreconditionError(f"{what} {value!r} is unknown; choose one of {choices}")
-
-
 def check_pair_embeddings(image: Tensor, text: Tensor, *, min_batch: int = 2) -> None:
     """Paired embeddings of one shape with at least ``min_batch`` rows."""
     if image.shape != text.shape:

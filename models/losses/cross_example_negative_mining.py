@@ -5,12 +5,10 @@ from __future__ import annotations
 from torch import Tensor
 
 from models.losses.base import Loss, LossOutput, register_loss
-from models.losses.checks import COCOS_EPS
+from models.losses.settings import MiningSettings
 from models.losses.softmax_terms import (
     ScoredPairs,
     batch_cocos,
-    check_logit_scale,
-    check_mining_parameters,
     kept_negative_count,
     masked_logsumexp,
     multi_positive_cross_entropy,
@@ -39,20 +37,7 @@ class CrossExampleNegativeMining(Loss[ScoredPairs]):
     loss is returned once as ``cross_example_loss``; ``diagnostics`` reports rows and columns.
     """
 
-    def __init__(
-        self,
-        scale: float = 20.0,
-        fraction: float = 0.5,
-        top_k: int | None = None,
-        cocos_eps: float = COCOS_EPS,
-    ) -> None:
-        super().__init__()
-        check_logit_scale(scale)
-        check_mining_parameters(fraction, top_k)
-        self.scale = scale
-        self.fraction = fraction
-        self.top_k = top_k
-        self.cocos_eps = cocos_eps
+    settings_class = MiningSettings
 
     def _loss(self, logits: Tensor, positives: Tensor) -> Tensor:
         return cross_example_negative_mining_loss(logits, positives, self.fraction, self.top_k)

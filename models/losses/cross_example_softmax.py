@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
+from common.settings import redeclared
 from models.losses.base import Loss, LossOutput, register_loss
-from models.losses.checks import COCOS_EPS
+from models.losses.settings import LossSettings, Shared
 from models.losses.softmax_terms import (
     ScoredPairs,
     batch_cocos,
-    check_logit_scale,
     masked_logsumexp,
     multi_positive_cross_entropy,
     scored_pairs,
@@ -22,6 +24,11 @@ def cross_example_softmax_loss(logits: Tensor, positives: Tensor) -> Tensor:
     return multi_positive_cross_entropy(logits, positives, batch_partition)
 
 
+@dataclass(frozen=True)
+class CrossExampleSoftmaxSettings(LossSettings):
+    scale: float = redeclared(Shared, "scale")
+    cocos_eps: float = redeclared(Shared, "cocos_eps")
+
 @register_loss("cross_example_softmax")
 class CrossExampleSoftmax(Loss[ScoredPairs]):
     """Cross-Example Softmax cross-entropy (Veit & Wilber Eq. 5) on logits ``scale · cos`` (λ = 20).
@@ -33,11 +40,7 @@ class CrossExampleSoftmax(Loss[ScoredPairs]):
     caption query (columns); a negative entry's weight includes its share of the other queries' terms.
     """
 
-    def __init__(self, scale: float = 20.0, cocos_eps: float = COCOS_EPS) -> None:
-        super().__init__()
-        check_logit_scale(scale)
-        self.scale = scale
-        self.cocos_eps = cocos_eps
+    settings_class = CrossExampleSoftmaxSettings
 
     def prepare(self, **inputs: Tensor) -> ScoredPairs:
         return scored_pairs(inputs, self.scale)

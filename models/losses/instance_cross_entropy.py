@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
-from models.losses.checks import COCOS_EPS
+from common.settings import at_least, redeclared, setting
+from models.losses.base import Loss, LossOutput, register_loss
+from models.losses.settings import LossSettings, Shared
 from models.losses.softmax_terms import (
     ScoredPairs,
     masked_logsumexp,
@@ -44,6 +47,13 @@ def instance_cross_entropy_loss(cosines: Tensor, positives: Tensor, scale: float
     return value.detach() + surrogate - surrogate.detach()
 
 
+@dataclass(frozen=True)
+class InstanceCrossEntropySettings(LossSettings):
+    #: Wang et al. require s >= 1 (Eq. 11); their Table 2 favours 64
+    scale: float = setting(64.0, "s: the logits are s·cos (Wang et al. Table 2: 64)", at_least(1))
+    reweight: bool = setting(True, "backpropagate the normalised weights of Eq. 13-15 (Algorithm 1 step 3)")
+    cocos_eps: float = redeclared(Shared, "cocos_eps")
+
 @register_loss("instance_cross_entropy")
 class InstanceCrossEntropy(Loss[ScoredPairs]):
     """Instance Cross Entropy (Wang et al. Eq. 5, L2-normalised features §3.3, reweighting §3.4).
@@ -56,15 +66,7 @@ class InstanceCrossEntropy(Loss[ScoredPairs]):
     per-anchor weights that reach the cosines (N·w̄, or ŵ of Eq. 11-12 without reweighting).
     """
 
-    def __init__(self, scale: float = 64.0, reweight: bool = True, cocos_eps: float = COCOS_EPS) -> None:
-        super().__init__()
-        if scale < 1:
-            raise LossPreconditionError(
-                f"scale={scale}: Wang et al. require s >= 1 (Eq. 11); Table 2 favours 64"
-            )
-        self.scale = scale
-        self.reweight = reweight
-        self.cocos_eps = cocos_eps
+    settings_class = InstanceCrossEntropySettings
 
     def _loss(self, cosines: Tensor, positives: Tensor) -> Tensor:
         return instance_cross_entropy_loss(cosines, positives, self.scale, self.reweight)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
-from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
-from models.losses.checks import COCOS_EPS
+from common.settings import redeclared
+from models.losses.base import Loss, LossOutput, register_loss
+from models.losses.settings import LossSettings, Shared
 from models.losses.softmax_terms import ScoredPairs, query_cocos, sampled_softmax_loss, scored_pairs
 
+
+@dataclass(frozen=True)
+class NtXentSettings(LossSettings):
+    temperature: float = redeclared(Shared, "temperature")  # Bleeker & de Rijke use 0.1
+    cocos_eps: float = redeclared(Shared, "cocos_eps")
 
 @register_loss("nt_xent")
 class NtXent(Loss[ScoredPairs]):
@@ -25,14 +33,7 @@ class NtXent(Loss[ScoredPairs]):
     contributes.
     """
 
-    def __init__(self, temperature: float = 0.1, cocos_eps: float = COCOS_EPS) -> None:
-        super().__init__()
-        if temperature <= 0:
-            raise LossPreconditionError(
-                f"temperature={temperature} must be positive; Bleeker & de Rijke use 0.1"
-            )
-        self.temperature = temperature
-        self.cocos_eps = cocos_eps
+    settings_class = NtXentSettings
 
     def prepare(self, **inputs: Tensor) -> ScoredPairs:
         return scored_pairs(inputs, 1.0 / self.temperature)

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from common.registry import Registry
+from common.settings import at_least, between, setting
 from models.losses.base import Loss, LossOutput
 from models.losses.checks import (
     COCOS_EPS,
@@ -33,7 +34,8 @@ from models.losses.checks import (
     different_group_mask,
     neighbor_negative_mask,
 )
-from models.losses.distances import Distance, Negatives
+from models.losses.distances import DISTANCES, Distance, Negatives
+from models.losses.settings import LossSettings, choice
 
 # --------------------------------------------------------------- pairwise terms (Thomas & Kovashka Eq. 1-3)
 
@@ -121,6 +123,22 @@ class HingeAngular(AngularForm):
 ANGULAR_FORMS: Registry[AngularForm] = Registry("angular form")
 ANGULAR_FORMS.add("smooth", SmoothAngular())
 ANGULAR_FORMS.add("hinge", HingeAngular())
+
+
+@dataclass(frozen=True)
+class TermSettings(LossSettings):
+    """The settings of the two terms, declared once: the cross-modal losses (angular, triplet) and the
+    within-modality loss that reuses their terms take them from here."""
+
+    angular_form: str = setting(
+        "smooth", "the angular term: Wang et al.'s smooth N-pair form (the authors' code) or Eq. 2's hinge", choice(ANGULAR_FORMS)
+    )
+    #: the angular bound needs an acute angle
+    alpha_degrees: float = setting(
+        45.0, "the angle α of the angular bound (Eq. 2-3), in degrees (45: the authors')", between(0, 90, high_open=True)
+    )
+    distance: str = setting("squared_l2", "the triplet term's distance d in [m + d(a,p) − d(a,n)]_+", choice(DISTANCES))
+    margin: float = setting(0.2, "the triplet term's margin m (VSE++'s 0.2)", at_least(0))
 
 
 class PairTerm:

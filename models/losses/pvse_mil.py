@@ -10,12 +10,14 @@ where the PVSE model and the evaluation have always found it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from common.settings import above, at_least, setting
 from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
 from models.losses.checks import (
     check_multi_embeddings,
@@ -24,6 +26,7 @@ from models.losses.checks import (
     default_group_ids,
     mil_similarity,
 )
+from models.losses.settings import LossSettings
 
 
 class MilScores(NamedTuple):
@@ -101,6 +104,15 @@ def hinge_contributions(
     return image_to_text.sum(dim=1), text_to_image.sum(dim=0)
 
 
+@dataclass(frozen=True)
+class PvseMilSettings(LossSettings):
+    margin: float = setting(0.1, "the ranking terms' margin (PVSE's 0.1)", at_least(0))
+    max_violation: bool = setting(True, "the hardest negative of each query (VSE++, PVSE's --max_violation); false: the sum over all")
+    diversity_weight: float = setting(0.1, "weight of the diversity term on the residuals (PVSE's 0.1)", at_least(0))
+    mmd_weight: float = setting(0.01, "weight of the MMD term between the modalities' embeddings (PVSE's 0.01)", at_least(0))
+    mmd_gamma: float = setting(0.5, "the MMD kernel's bandwidth γ", above(0))
+
+
 @register_loss("pvse_mil", model="pvse", eq8_cross_modal=True)
 class PvseMil(Loss[MilScores]):
     """PVSE loss: ``L = L_i2t + L_t2i + diversity_weight * (div(image_res) + div(text_res)) + mmd_weight * MMD``.
@@ -117,25 +129,7 @@ class PvseMil(Loss[MilScores]):
     #: loss in the validation loss
     needs: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(
-        self,
-        margin: float = 0.1,
-        max_violation: bool = True,
-        diversity_weight: float = 0.1,
-        mmd_weight: float = 0.01,
-        mmd_gamma: float = 0.5,
-    ) -> None:
-        super().__init__()
-        if margin < 0 or diversity_weight < 0 or mmd_weight < 0 or mmd_gamma <= 0:
-            raise ValueError(
-                "margin, diversity_weight and mmd_weight must be >= 0 and mmd_gamma > 0, got "
-                f"{margin}, {diversity_weight}, {mmd_weight}, {mmd_gamma}"
-            )
-        self.margin = margin
-        self.max_violation = max_violation
-        self.diversity_weight = diversity_weight
-        self.mmd_weight = mmd_weight
-        self.mmd_gamma = mmd_gamma
+    settings_class = PvseMilSettings
 
     def prepare(
         self,

@@ -5,11 +5,13 @@ to ``pvse_mil`` (model ``pvse``, text neighbors), as "Ours" lists ``within_modal
 
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from common.settings import at_least, setting
 from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
 from models.losses.checks import (
     Neighbors,
@@ -18,13 +20,14 @@ from models.losses.checks import (
     mil_similarity,
     value_checks_enabled,
 )
-from models.losses.distances import Negatives, negatives_named
+from models.losses.distances import NEGATIVES, Negatives, negatives_named
 from models.losses.pair_terms import (
     NeighborPairs,
     NeighborTerm,
     neighbor_contributions,
     neighbor_pairs,
 )
+from models.losses.settings import LossSettings, choice
 
 
 def paired_mil_similarity(first: Tensor, second: Tensor) -> Tensor:
@@ -82,6 +85,15 @@ def within_modality_contributions(
     return keep.contributing(violating)
 
 
+@dataclass(frozen=True)
+class PvseWithinModalitySettings(LossSettings):
+    #: the paper's values for L_OURS_trip (§3.3)
+    text_weight: float = setting(0.3, "α of Eq. 8, the weight of L_text (the paper's for Ours (Trip))", at_least(0))
+    image_weight: float = setting(0.1, "β of Eq. 8, the weight of L_img", at_least(0))
+    within_margin: float = setting(0.1, "the hinge's margin on the MIL similarity (PVSE's 0.1)", at_least(0))
+    negatives: str = setting("hardest", "the negatives a hinge takes: the hardest (as PVSE's ranking terms) or all", choice(NEGATIVES))
+
+
 @register_loss("pvse_within_modality", model="pvse")
 class PvseWithinModality(Loss[NeighborPairs]):
     """``text_weight * L_text + image_weight * L_img`` (α, β of Thomas & Kovashka Eq. 6-8) on PVSE's multiple-instance similarity.
@@ -112,22 +124,11 @@ class PvseWithinModality(Loss[NeighborPairs]):
     #: the output identity spells Eq. 8's weights by the paper's symbols α, β (``LossSpec.as_dict``)
     identity_names: ClassVar[dict[str, str]] = {"text_weight": "alpha", "image_weight": "beta"}
 
-    def __init__(
-        self,
-        text_weight: float = 0.3,
-        image_weight: float = 0.1,
-        within_margin: float = 0.1,
-        negatives: str = "hardest",
-    ) -> None:
-        super().__init__()
-        if text_weight < 0 or image_weight < 0 or within_margin < 0:
-            raise ValueError(
-                f"text_weight, image_weight and within_margin must be >= 0, got {text_weight}, {image_weight}, {within_margin}"
-            )
-        self.text_weight = text_weight
-        self.image_weight = image_weight
-        self.within_margin = within_margin
-        self.negatives = negatives_named(negatives)
+    settings_class = PvseWithinModalitySettings
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.negatives = negatives_named(self.settings.negatives)
 
     def prepare(
         self,

@@ -14,13 +14,15 @@ Conventions shared by the family:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
+from common.settings import redeclared
 from models.losses.base import Loss, LossOutput, register_loss
-from models.losses.checks import COCOS_EPS
+from models.losses.settings import LossSettings, Shared
 from models.losses.softmax_terms import (
     ScoredPairs,
-    check_logit_scale,
     direction_losses,
     query_cocos,
     sampled_softmax_loss,
@@ -28,6 +30,12 @@ from models.losses.softmax_terms import (
     trained_directions,
 )
 
+
+@dataclass(frozen=True)
+class SampledSoftmaxSettings(LossSettings):
+    scale: float = redeclared(Shared, "scale")
+    symmetric: bool = redeclared(Shared, "symmetric")
+    cocos_eps: float = redeclared(Shared, "cocos_eps")
 
 @register_loss("sampled_softmax")
 class SampledSoftmax(Loss[ScoredPairs]):
@@ -39,12 +47,7 @@ class SampledSoftmax(Loss[ScoredPairs]):
     ``λ · cos`` ("output logits are scaled with a factor of λ = 20").
     """
 
-    def __init__(self, scale: float = 20.0, symmetric: bool = True, cocos_eps: float = COCOS_EPS) -> None:
-        super().__init__()
-        check_logit_scale(scale)
-        self.scale = scale
-        self.symmetric = symmetric
-        self.cocos_eps = cocos_eps
+    settings_class = SampledSoftmaxSettings
 
     def prepare(self, **inputs: Tensor) -> ScoredPairs:
         return scored_pairs(inputs, self.scale)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
+from common.settings import redeclared
 from models.losses.base import Loss, LossOutput, LossPreconditionError, register_loss
-from models.losses.checks import COCOS_EPS, value_checks_enabled
+from models.losses.checks import value_checks_enabled
+from models.losses.settings import LossSettings, Shared
 from models.losses.softmax_terms import ScoredPairs, scored_pairs
 
 
@@ -47,6 +51,11 @@ def smooth_ap_contributing_triplets(
     return contributing.sum(dim=(1, 2)) / positives.sum(dim=1)
 
 
+@dataclass(frozen=True)
+class SmoothApSettings(LossSettings):
+    temperature: float = redeclared(Shared, "temperature", 0.01)  # Bleeker & de Rijke Table 1: 0.01
+    cocos_eps: float = redeclared(Shared, "cocos_eps")
+
 @register_loss("smooth_ap")
 class SmoothAp(Loss[ScoredPairs]):
     """SmoothAP (Bleeker & de Rijke Eq. 8) in both directions, weighted 0.5/0.5; τ = 0.01 as in Table 1.
@@ -61,14 +70,7 @@ class SmoothAp(Loss[ScoredPairs]):
 
     needs = frozenset({"group_mates"})
 
-    def __init__(self, temperature: float = 0.01, cocos_eps: float = COCOS_EPS) -> None:
-        super().__init__()
-        if temperature <= 0:
-            raise LossPreconditionError(
-                f"temperature={temperature} must be positive; Bleeker & de Rijke use 0.01"
-            )
-        self.temperature = temperature
-        self.cocos_eps = cocos_eps
+    settings_class = SmoothApSettings
 
     def prepare(self, **inputs: Tensor) -> ScoredPairs:
         scores = scored_pairs(inputs)

@@ -113,20 +113,6 @@ def sampled_softmax_loss(logits: Tensor, positives: Tensor) -> Tensor:
 # ------------------------------------------------------------------------------------------ negative mining
 
 
-def check_logit_scale(scale: float) -> None:
-    """Guard for the scale λ of a loss whose logits are ``λ · cos``."""
-    if scale <= 0:
-        raise LossPreconditionError(f"scale={scale} must be positive; Veit & Wilber §4.2 use λ = 20")
-
-
-def check_mining_parameters(fraction: float, top_k: int | None) -> None:
-    """Guard for the negative-mining losses' ``fraction`` / ``top_k``."""
-    if top_k is not None and top_k < 1:
-        raise LossPreconditionError(f"top_k={top_k} keeps no negative; use top_k >= 1 or top_k=None")
-    if not 0.0 < fraction <= 1.0:
-        raise LossPreconditionError(f"fraction={fraction} must be in (0, 1]; Veit & Wilber §4.2 use 0.5")
-
-
 def kept_negative_count(negative_counts: Tensor, fraction: float, top_k: int | None) -> Tensor:
     """How many of each query's ``negative_counts`` negatives a mining loss keeps.
 

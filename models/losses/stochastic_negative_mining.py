@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
+from common.settings import redeclared
 from models.losses.base import Loss, LossOutput, register_loss
-from models.losses.checks import COCOS_EPS
+from models.losses.settings import MiningSettings, Shared
 from models.losses.softmax_terms import (
     ScoredPairs,
-    check_logit_scale,
-    check_mining_parameters,
     direction_losses,
     kept_negative_count,
     masked_logsumexp,
@@ -32,6 +33,11 @@ def stochastic_negative_mining_loss(
     return multi_positive_cross_entropy(logits, positives, masked_logsumexp(logits, hardest))
 
 
+@dataclass(frozen=True)
+class StochasticNegativeMiningSettings(MiningSettings):
+    symmetric: bool = redeclared(Shared, "symmetric")
+
+
 @register_loss("stochastic_negative_mining")
 class StochasticNegativeMining(Loss[ScoredPairs]):
     """Sampled Softmax whose per-query partition keeps only the hardest negatives (Veit & Wilber Eq. 3).
@@ -41,22 +47,7 @@ class StochasticNegativeMining(Loss[ScoredPairs]):
     by default; ``symmetric=False`` trains the paper's text-to-image direction only.
     """
 
-    def __init__(
-        self,
-        scale: float = 20.0,
-        fraction: float = 0.5,
-        top_k: int | None = None,
-        symmetric: bool = True,
-        cocos_eps: float = COCOS_EPS,
-    ) -> None:
-        super().__init__()
-        check_logit_scale(scale)
-        check_mining_parameters(fraction, top_k)
-        self.scale = scale
-        self.fraction = fraction
-        self.top_k = top_k
-        self.symmetric = symmetric
-        self.cocos_eps = cocos_eps
+    settings_class = StochasticNegativeMiningSettings
 
     def _loss(self, logits: Tensor, positives: Tensor) -> Tensor:
         return stochastic_negative_mining_loss(logits, positives, self.fraction, self.top_k)

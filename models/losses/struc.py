@@ -13,14 +13,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from common.registry import Registry
+from common.settings import Limit, at_least, one_of, setting
 from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
 from models.losses.checks import (
-    check_choice,
     check_embedding_matrix,
     check_negative_mask,
     check_pair_embeddings,
@@ -29,7 +30,8 @@ from models.losses.checks import (
     neighbor_negative_mask,
     require_neighbors,
 )
-from models.losses.distances import distance_named
+from models.losses.distances import DISTANCES, distance_named
+from models.losses.settings import LossSettings, choice, positive_top_k
 
 SPACES = ("text", "image")
 
@@ -73,6 +75,16 @@ class GroupSource:
 GROUP_SOURCES: Registry[GroupSource] = Registry("Struc group source")
 
 
+@dataclass(frozen=True)
+class StrucSettings(LossSettings):
+    space: str = setting("text", "the space whose structure is preserved: text or image", one_of(*SPACES))
+    margin: float = setting(0.1, "the structure hinge's margin", at_least(0))
+    weight: float = setting(1.0, "the loss's weight beside the cross-modal loss", at_least(0))
+    group_source: str = setting("ground_truth", "the groups: several captions of one image, or sampled neighbors", choice(GROUP_SOURCES))
+    top_k: int | None = setting(None, "sum the top_k largest violations of a pair (null: all; Wang et al.)", Limit(positive_top_k, ">= 1 or null"))
+    distance: str = setting("euclidean", "the distance of the structure hinge", choice(DISTANCES))
+
+
 @register_loss("struc")
 class Struc(Loss[Tensor]):
     """Structure-preserving loss in one space (``space``), the mean over (anchor, group mate) pairs, times
@@ -81,28 +93,12 @@ class Struc(Loss[Tensor]):
     outside both their groups.
     """
 
-    def __init__(
-        self,
-        space: str = "text",
-        margin: float = 0.1,
-        weight: float = 1.0,
-        group_source: str = "ground_truth",
-        top_k: int | None = None,
-        distance: str = "euclidean",
-    ) -> None:
-        super().__init__()
-        check_choice("Struc space", space, SPACES)
-        if group_source not in GROUP_SOURCES:
-            raise LossPreconditionError(GROUP_SOURCES.unknown_message(group_source))
-        if top_k is not None and top_k < 1:
-            raise LossPreconditionError(f"top_k={top_k}: keep at least one negative, or None for all of them")
-        self.space = space
-        self.margin = margin
-        self.weight = weight
-        self.group_source = group_source
-        self.top_k = top_k
-        self.distance = distance_named(distance)
-        self.groups = GROUP_SOURCES.get(group_source)
+    settings_class = StrucSettings
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.distance = distance_named(self.settings.distance)
+        self.groups = GROUP_SOURCES.get(self.group_source)
         # per instance: only the neighbors' groups make the trainer sample neighbors
         self.needs = self.groups.needs
 

@@ -8,9 +8,22 @@ The term itself is in ``pair_terms``: the within-modality loss of Eq. 6-7 reuses
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from common.settings import redeclared, setting
 from models.losses.base import register_loss
-from models.losses.distances import distance_named, negatives_named
-from models.losses.pair_terms import CrossModalTermLoss, TripletTerm
+from models.losses.distances import NEGATIVES, distance_named, negatives_named
+from models.losses.pair_terms import CrossModalTermLoss, TermSettings, TripletTerm
+from models.losses.settings import LossSettings, Shared, choice
+
+
+@dataclass(frozen=True)
+class TripletSettings(LossSettings):
+    distance: str = redeclared(TermSettings, "distance")
+    negatives: str = setting("all", "the negatives a query's hinge sums over: all (Eq. 3, Trip+NP+Sym) or the hardest (VSE++)", choice(NEGATIVES))
+    margin: float = redeclared(TermSettings, "margin")
+    symmetric: bool = redeclared(Shared, "symmetric")
 
 
 @register_loss("triplet")
@@ -21,13 +34,8 @@ class Triplet(CrossModalTermLoss):
     the batch's anchor-positive pairs (VSE++ sums instead: multiply by the batch size to compare).
     """
 
-    def __init__(
-        self,
-        distance: str = "squared_l2",
-        negatives: str = "all",
-        margin: float = 0.2,
-        symmetric: bool = True,
-    ) -> None:
-        super().__init__()
-        self.term = TripletTerm(distance_named(distance), margin, negatives_named(negatives))
-        self.symmetric = symmetric
+    settings_class = TripletSettings
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.term = TripletTerm(distance_named(self.distance), self.margin, negatives_named(self.negatives))

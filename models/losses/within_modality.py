@@ -10,14 +10,15 @@ group nor to the neighbor's group (so the neighbor item, when it is also in the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, NamedTuple
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
 
 from torch import Tensor
 
 from common.registry import Registry
-from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, LossPreconditionError, register_loss
+from common.settings import at_least, redeclared, setting
+from models.losses.base import NEIGHBOR_KEYWORDS, Loss, LossOutput, register_loss
 from models.losses.checks import (
-    COCOS_EPS,
     check_embedding_matrix,
     check_pair_embeddings,
     chosen,
@@ -29,11 +30,13 @@ from models.losses.pair_terms import (
     AngularTerm,
     NeighborPairs,
     PairTerm,
+    TermSettings,
     TripletTerm,
     neighbor_contributions,
     neighbor_pairs,
     tan_squared,
 )
+from models.losses.settings import LossSettings, Shared, choice
 
 
 class WithinForm(NamedTuple):
@@ -49,6 +52,19 @@ class WithinForm(NamedTuple):
 WITHIN_FORMS: Registry[WithinForm] = Registry("within-modality form")
 WITHIN_FORMS.add("angular", WithinForm(0.2, 0.3, lambda angular, triplet: angular))
 WITHIN_FORMS.add("triplet", WithinForm(0.3, 0.1, lambda angular, triplet: triplet))
+
+
+@dataclass(frozen=True)
+class WithinModalitySettings(LossSettings):
+    form: str = setting("angular", "the term of Eq. 6-7: angular (Ours (Ang)) or triplet (Ours (Trip))", choice(WITHIN_FORMS))
+    text_weight: float | None = setting(None, "α of Eq. 8, the weight of L_text (null: the form's, chosen on held-out data)", at_least(0, or_null=True))
+    image_weight: float | None = setting(None, "β of Eq. 8, the weight of L_img (null: the form's)", at_least(0, or_null=True))
+    weight_scale: float = setting(1.0, "multiplies α and β (0: the cross-modal loss alone, 1: the paper's weighting)", at_least(0))
+    angular_form: str = redeclared(TermSettings, "angular_form")
+    alpha_degrees: float = redeclared(TermSettings, "alpha_degrees")
+    margin: float = redeclared(TermSettings, "margin")
+    distance: str = redeclared(TermSettings, "distance")
+    cocos_eps: float = redeclared(Shared, "cocos_eps")
 
 
 @register_loss("within_modality")
@@ -69,29 +85,16 @@ class WithinModality(Loss[NeighborPairs]):
 
     needs = frozenset(NEIGHBOR_KEYWORDS)
 
-    def __init__(
-        self,
-        form: str = "angular",
-        text_weight: float | None = None,
-        image_weight: float | None = None,
-        weight_scale: float = 1.0,
-        angular_form: str = "smooth",
-        alpha_degrees: float = 45.0,
-        margin: float = 0.2,
-        distance: str = "squared_l2",
-        cocos_eps: float = COCOS_EPS,
-    ) -> None:
-        super().__init__()
-        family = chosen(WITHIN_FORMS, form)
-        angular = AngularTerm(chosen(ANGULAR_FORMS, angular_form), tan_squared(alpha_degrees), cocos_eps)
-        self.term = family.pick(angular, TripletTerm(distance_named(distance), margin, NEGATIVES["all"]))
-        if weight_scale < 0 or min(w for w in (text_weight, image_weight, 0.0) if w is not None) < 0:
-            raise LossPreconditionError(
-                f"weight_scale, text_weight and image_weight must be >= 0, got {weight_scale}, {text_weight}, {image_weight}"
-            )
-        self.weight_scale = weight_scale
-        self.text_weight = weight_scale * (family.text_weight if text_weight is None else text_weight)
-        self.image_weight = weight_scale * (family.image_weight if image_weight is None else image_weight)
+    settings_class = WithinModalitySettings
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        s = self.settings
+        family = chosen(WITHIN_FORMS, s.form)
+        angular = AngularTerm(chosen(ANGULAR_FORMS, s.angular_form), tan_squared(s.alpha_degrees), s.cocos_eps)
+        self.term = family.pick(angular, TripletTerm(distance_named(s.distance), s.margin, NEGATIVES["all"]))
+        self.text_weight = s.weight_scale * (family.text_weight if s.text_weight is None else s.text_weight)
+        self.image_weight = s.weight_scale * (family.image_weight if s.image_weight is None else s.image_weight)
 
     def prepare(
         self, *, image: Tensor, text: Tensor, group_ids: Tensor | None = None, **inputs: Tensor

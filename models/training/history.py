@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.files import atomic_path
+from common.run_folder import HISTORY_FILE
 from evaluation.selection_metrics import SELECTION_METRICS
-
-HISTORY_FILE = "history.csv"
 
 
 @dataclass

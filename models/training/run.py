@@ -24,18 +24,18 @@ from torch import nn
 
 from common.files import atomic_path
 from common.tokenizer import TOKENIZER_VERSION
+from models.config import ModelConfig
 from models.distributed import SINGLE_PROCESS, Distributed
-from models.encoders import EncoderConfig
 from models.losses import Loss
+from models.record import ModelRecord
+from models.record_settings import trunk_training_record
 from models.settings import TrainSettings
 from models.trained import (
     RECORD_FILE,
-    ModelRecord,
     build_from_record,
     load_trained,
     load_warm_start,
     record_for,
-    trunk_training_record,
     with_starting_weights,
     write_record,
 )
@@ -212,7 +212,7 @@ def record_in_memory(
     from ``settings`` and the word vectors (``[vocabulary size, word dim]``), ``feature_dim`` the width of a
     cached trunk's features; the vocabulary's SHA-256 is that of the word vectors' bytes, what stands for it. A
     trunk that trains starts from its first weights (no parent to name)."""
-    encoder = EncoderConfig.from_settings(settings, word_vectors, feature_dim)
+    encoder = ModelConfig.from_settings(settings, word_vectors, feature_dim)
     return record_for(
         model,
         dict(model_options or {}),

@@ -21,17 +21,16 @@ moves the output paths of the tasks that use it and of their downstream tasks, a
 from __future__ import annotations
 
 import json
-import math
-import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
+from common.bounded_json import COMMAND_LINE, BoundedJsonError, NotJsonError, loads_bounded
 from common.registry import close_match
-from common.settings import SettingValueError, info_of
-from pipeline.config.checks import RunConfigurationError
-from pipeline.config.run_settings import VARIANT_KEYS, RunSettings, settable_names, type_name
+from common.settings import SettingValueError, info_of, typed
+from pipeline.config.checks import RunConfigurationError, check_trunk
+from pipeline.config.run_settings import VARIANT_KEYS, RunSettings, settable_names
 from pipeline.config.variant_spec import merge_overrides
 
 EVERY_VARIANT = "*"
@@ -51,12 +50,16 @@ def unknown(what: str, name: str, valid: Iterable[str]) -> RunConfigurationError
     )
 
 
-def read_value(text: str) -> Any:
-    """``text`` as JSON when it is JSON (numbers, true/false/null, lists, objects), else the string itself."""
+def read_value(text: str, where: str = "the value") -> Any:
+    """``text`` as JSON when it is JSON (numbers, true/false/null, lists, objects), else the string itself; JSON
+    beyond the bounds of a command-line value (nested too deep, an integer of too many digits, too long) is one
+    line naming ``where``."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return loads_bounded(text, where, COMMAND_LINE)
+    except NotJsonError:
         return text
+    except BoundedJsonError as error:
+        raise RunConfigurationError(str(error)) from None
 
 
 class FlagChange(str):
@@ -72,6 +75,23 @@ def flag_change(path: str, value: Any, flag: str) -> FlagChange:
     return change
 
 
+def canonical_change(change: str) -> str:
+    """``path=value`` as a plan records it (its id hashes it): the path and the value's text without the
+    whitespace around them, a string value without its own (as :func:`coerce` stores it) and unquoted where the
+    plain text reads back as it, so ``train.trunk= top1``, ``train.trunk=" top1"`` and ``train.trunk=top1`` are one
+    plan. A flag's change keeps its flag."""
+    path, raw = split_change(change)
+    value = read_value(raw, getattr(change, "flag", "") or f"--set {path}")
+    if isinstance(value, str):
+        plain = value.strip()
+        raw = plain if plain and read_value(plain) == plain else json.dumps(plain)
+    text = f"{path}={raw}"
+    if isinstance(change, FlagChange):
+        text = FlagChange(text)
+        text.flag = change.flag
+    return text
+
+
 def split_change(change: str) -> tuple[str, str]:
     """``path=value`` -> (path, raw value); one line naming the expected shape otherwise."""
     path, equals, value = change.partition("=")
@@ -81,43 +101,24 @@ def split_change(change: str) -> tuple[str, str]:
 
 
 def coerce(value: Any, hint: Any, where: str) -> Any:
-    """``value`` as the type ``hint`` says (an int is a float too, a list a tuple); one line otherwise."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(hint):
-            try:
-                return coerce(value, option, where)
-            except RunConfigurationError:
-                continue
-        raise RunConfigurationError(f"{where}: {value!r} is not {type_name(hint)}")
-    if hint is type(None):
-        if value is None:
-            return None
-    elif hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):  # JSON's NaN, Infinity and 1e400 parse; no setting takes them
-                raise RunConfigurationError(f"{where}: {value!r} is not a finite number")
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    elif origin is tuple:
-        if isinstance(value, (list, tuple)):
-            item = typing.get_args(hint)[0]
-            return tuple(coerce(v, item, where) for v in value)
-    elif origin is dict or hint is dict:
-        if isinstance(value, Mapping):
-            args = typing.get_args(hint)
-            return {str(k): coerce(v, args[1], where) for k, v in value.items()} if len(args) == 2 else dict(value)
-    else:
-        return value  # Any: checked by whoever reads it
-    raise RunConfigurationError(f"{where}: {value!r} is not {type_name(hint)}")
+    """``value`` as the type ``hint`` says (:func:`common.settings.typed`), its strings without the whitespace
+    around them (a name or a path: whitespace there is a typing slip; :func:`canonical_change` records the change
+    so); one line naming ``where`` otherwise."""
+    try:
+        return typed(_stripped(value), hint)
+    except SettingValueError as error:
+        raise RunConfigurationError(f"{where}: {error.refusal}") from None
+
+
+def _stripped(value: Any) -> Any:
+    """``value`` with every string in it stripped (its depth is bounded: a command line's JSON, or a profile's)."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_stripped(item) for item in value)
+    if isinstance(value, Mapping):
+        return {key: _stripped(item) for key, item in value.items()}
+    return value
 
 
 def _replaced(node: Any, name: str, value: Any, where: str) -> Any:
@@ -220,13 +221,13 @@ def _variant_change(settings: RunSettings, parts: list[str], value: Any, where: 
 
 
 def _loss_parameter(loss: str, name: str, value: Any, where: str) -> tuple[str, Any]:
-    """A loss parameter and its value checked against the constructor's type (its name is checked when the
+    """A loss parameter and its value checked against its declared type (its name and range are checked when the
     variant is built, naming what is valid)."""
     from models.losses import LOSSES
 
     if loss not in LOSSES:
         return name, value  # not a loss: refused, naming what is valid, when the variant is built
-    hints = typing.get_type_hints(LOSSES[loss].__init__)
+    hints = typing.get_type_hints(LOSSES[loss].settings_class)
     return name, coerce(value, hints[name], where) if name in hints else value
 
 
@@ -251,7 +252,8 @@ def apply_changes(settings: RunSettings, changes: Sequence[str] | Mapping[str, A
             path, value, where = change, given, f"profile {profile!r}: {change}"
         else:
             path, raw = split_change(change)
-            value, where = read_value(raw), getattr(change, "flag", "")
+            where = getattr(change, "flag", "") or f"--set {path}"
+            value = read_value(raw, where)
         settings = apply_change(settings, path, value, where, from_profile=bool(profile))
         if path.startswith("split"):
             split_changed.update(value if path == "split" else [path.split(".", 1)[1]])
@@ -260,6 +262,7 @@ def apply_changes(settings: RunSettings, changes: Sequence[str] | Mapping[str, A
     neighbors = settings.neighbors
     if neighbors.sample_k is not None and neighbors.sample_k > neighbors.k:
         raise RunConfigurationError(f"neighbors.sample_k ({neighbors.sample_k}) cannot exceed neighbors.k ({neighbors.k})")
+    check_trunk(settings.train)  # after every change: train.backbone may come after train.trunk
     check_every_variant_change(settings)
     return settings
 

@@ -100,20 +100,24 @@ def check_backbone(name: str, where: str) -> None:
 
 def check_trunk_stages(backbone: str, trained_stages: int, where: str) -> None:
     """:class:`RunConfigurationError` naming ``where`` when ``backbone`` cannot train its top ``trained_stages``
-    stages (it is not cut into stages here, or has fewer)."""
-    from models.backbones import build_trunk
+    stages (it is not cut into stages here, or has fewer): ``models.backbones.stages_refusal``, the one check of a
+    stage count, on the count its spec declares (no trunk is built for a named backbone)."""
+    from models.backbones import stage_count, stages_refusal
 
     try:
-        count = build_trunk(backbone, False).stage_count
+        refusal = stages_refusal(backbone, stage_count(backbone), trained_stages)
     except KeyError as error:
         raise RunConfigurationError(f"{where}: {error}") from None
-    if count is None:
-        raise RunConfigurationError(
-            f"{where}: backbone {backbone!r} is not cut into stages here, so it cannot train only its top stages; "
-            "use trunk=frozen or finetune, or a ResNet or EfficientNet backbone"
-        )
-    if not 1 <= trained_stages <= count:
-        raise RunConfigurationError(f"{where}: backbone {backbone!r} has {count} stages; train 1 to {count} of them, not {trained_stages}")
+    if refusal:
+        raise RunConfigurationError(f"{where}: {refusal}")
+
+
+def check_trunk(train: Any, where: str = "") -> None:
+    """The trunk mode of training settings ``train`` fits its backbone (``top<k>``: it has k stages); an error names
+    ``where`` (a variant) and ``train.trunk``. The settings listing and the plan both check it (:func:`pipeline.
+    config.changes.apply_changes`, :func:`pipeline.config.plan.check_training`)."""
+    if train.trunk_mode.trained_stages:
+        check_trunk_stages(train.backbone, train.trunk_mode.trained_stages, f"{where}train.trunk={train.trunk}")
 
 
 def exit_or_raise(error: RunConfigurationError) -> None:

@@ -33,6 +33,7 @@ from pipeline.config.changes import (
     VARIANT_KEYS,
     apply_change,
     apply_changes,
+    canonical_change,
     read_value,
     split_change,
 )
@@ -41,7 +42,7 @@ from pipeline.config.checks import (
     check_backbone,
     check_gpu_fit,
     check_recipe_options,
-    check_trunk_stages,
+    check_trunk,
     check_tuning,
 )
 from pipeline.config.profiles import PROFILES
@@ -215,6 +216,7 @@ def resolve_plan(
     (:func:`check_plan`). A wrong value is one :class:`RunConfigurationError`."""
     if profile not in PROFILES:
         raise RunConfigurationError(PROFILES.unknown_message(profile))
+    changes = tuple(canonical_change(change) for change in changes)
     settings = apply_changes(PROFILES.get(profile).settings(), changes)
     for name in [*grid, *extra]:
         if name not in VARIANTS:
@@ -288,8 +290,7 @@ def check_training(name: str, t: TrainSettings) -> None:
     """A variant's training settings that only a later task would refuse: its image trunk, and a selection
     sample too small for the n-way task that scores it."""
     check_backbone(t.backbone, f"variant {name}: train.backbone")
-    if t.trunk_mode.trained_stages:
-        check_trunk_stages(t.backbone, t.trunk_mode.trained_stages, f"variant {name}: train.trunk={t.trunk}")
+    check_trunk(t, f"variant {name}: ")
     if t.trunk_mode.cached_features and t.horizontal_flip:
         raise RunConfigurationError(
             f"variant {name}: train.horizontal_flip needs pixels, but train.trunk={t.trunk} trains on cached trunk "
@@ -305,7 +306,7 @@ def check_training(name: str, t: TrainSettings) -> None:
 def with_change(plan: RunPlan, extra: str, flag: str = "--sweep") -> RunPlan:
     """``plan`` resolved again with one more change (a sweep's value); an error in it names ``flag``."""
     path, raw = split_change(extra)
-    apply_change(plan.settings, path, read_value(raw), f"{flag} {path}")  # its own value's one line first
+    apply_change(plan.settings, path, read_value(raw, f"{flag} {path}"), f"{flag} {path}")  # its own value's one line first
     return resolve_plan(plan.profile, (*plan.changes, extra), plan.grid, [n for n in plan.variants if n not in plan.grid])
 
 

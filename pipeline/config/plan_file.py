@@ -19,20 +19,14 @@ import logging
 import os
 from pathlib import Path
 
-from common.hashing import stable_hash
+from common.bounded_json import RECORD, BoundedJsonError, read_bounded
+from common.run_folder import PLAN_FILE, PLAN_FOLDER, PLAN_ID_FIELDS, RunFolderError, read_plan_record
+from common.run_folder import plan_path as _plan_path
 from pipeline.config.checks import RunConfigurationError
 from pipeline.config.plan import RunPlan
 from pipeline.engine.outputs import write_json
 
 logger = logging.getLogger("luigi-interface")
-
-#: ``<run_root>/RunPlan/<id>/run_plan.json``: the plans of a run root, one folder per plan like a task's output
-PLAN_FOLDER = "RunPlan"
-PLAN_FILE = "run_plan.json"
-#: the fields of ``run_plan.json`` its id hashes (:meth:`RunPlan.as_json`); ``summary`` is for a reader
-ID_FIELDS = ("profile", "changes", "settings", "grid", "variants")
-#: larger than any plan (a few hundred KB with many variants): a bigger file is not read
-MAX_PLAN_BYTES = 16 << 20
 
 #: plans this process resolved from a command line, by (run root, id): what a damaged file is written from
 _HELD: dict[tuple[str, str], RunPlan] = {}
@@ -41,7 +35,12 @@ _READ: dict[tuple[str, str], tuple[tuple[int, int, int], RunPlan]] = {}
 
 
 def plan_path(run_root: str | Path, plan_id: str) -> Path:
-    return Path(run_root) / PLAN_FOLDER / plan_id / PLAN_FILE
+    """``<run_root>/RunPlan/<id>/run_plan.json`` (:mod:`common.run_folder`); an id that is not 12 hex digits is one
+    :class:`RunConfigurationError` line."""
+    try:
+        return _plan_path(run_root, plan_id)
+    except RunFolderError as error:
+        raise RunConfigurationError(str(error)) from None
 
 
 def _key(run_root: str | Path, plan_id: str) -> tuple[str, str]:
@@ -66,22 +65,12 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
 
-def _read(path: Path, plan_id: str) -> tuple[RunPlan | None, str]:
-    """The plan ``path`` holds when it is plan ``plan_id`` intact, else None and what is wrong with the file."""
-    try:
-        if path.stat().st_size > MAX_PLAN_BYTES:
-            return None, f"larger than {MAX_PLAN_BYTES >> 20} MiB"
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, "missing"
-    except (OSError, UnicodeDecodeError) as error:
-        return None, f"unreadable ({type(error).__name__}: {error})"
-    except (ValueError, RecursionError) as error:
-        return None, f"not JSON, or cut off ({type(error).__name__})"
-    if not isinstance(data, dict) or not all(field in data for field in ID_FIELDS):
-        return None, "not a run plan (its fields are missing)"
-    if stable_hash({field: data[field] for field in ID_FIELDS}) != plan_id:
-        return None, "edited: its content is not the plan its name says"
+def _read(run_root: str | Path, plan_id: str) -> tuple[RunPlan | None, str]:
+    """Plan ``plan_id`` of ``run_root`` when its file holds it intact, else None and what is wrong with the file:
+    the run folder's checks (:func:`common.run_folder.read_plan_record`: bounded, its id), then the plan's."""
+    data, problem = read_plan_record(run_root, plan_id)
+    if data is None:
+        return None, problem
     try:
         plan = RunPlan.from_json(data)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -99,7 +88,7 @@ def _intact(run_root: str | Path, plan_id: str) -> tuple[RunPlan | None, str]:
     stamp = _stamp(path)
     if stamp is not None and key in _READ and _READ[key][0] == stamp:
         return _READ[key][1], ""
-    plan, problem = _read(path, plan_id)
+    plan, problem = _read(run_root, plan_id)
     if plan is not None and stamp is not None:
         _READ[key] = (stamp, plan)
     return plan, problem
@@ -148,9 +137,12 @@ def write_plan(run_root: str | Path, plan: RunPlan) -> str | None:
 def _order_problem(run_root: str | Path, plan: RunPlan) -> str | None:
     """Whether plan ``plan``'s intact file holds its mappings in another order than the plan (older versions wrote
     it with sorted keys): the same id, but not what every reader would read back."""
-    written = json.loads(plan_path(run_root, plan.id).read_text())
+    try:
+        written = read_bounded(plan_path(run_root, plan.id), RECORD)
+    except (OSError, BoundedJsonError) as error:  # changed since it was found intact: written anew
+        return f"unreadable ({error})"
     ordered = json.loads(json.dumps(plan.as_json(), default=str))
-    in_order = all(json.dumps(written[field]) == json.dumps(ordered[field]) for field in ID_FIELDS)
+    in_order = all(json.dumps(written[field]) == json.dumps(ordered[field]) for field in PLAN_ID_FIELDS)
     return None if in_order else "in another key order than the plan (an older version's sorted keys)"
 
 

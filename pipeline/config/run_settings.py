@@ -14,22 +14,24 @@ they say how a run is executed, never what it computes, and no output's hash hol
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from common.settings import (
     Limit,
+    SettingInfo,
     at_least,
     between,
     check_declared,
+    default_of,
     info_of,
     named,
     section,
     setting,
     significance_text,
+    type_name,
 )
 from data_recipes import RECIPE_BUILDERS
 from models.settings import TrainSettings
@@ -169,19 +171,9 @@ class SettingRow:
         return dataclasses.asdict(self)
 
 
-def type_name(hint: Any) -> str:
-    """A type as a reader reads it: ``an integer``, ``a list of strings``, ``an integer or null``."""
-    name = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}.get(hint)
-    if name:
-        return name
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(type_name(option) for option in typing.get_args(hint))
-    if origin is tuple:
-        return f"a list of {type_name(typing.get_args(hint)[0]).split(' ', 1)[-1]}s"
-    if origin is dict or hint is dict:
-        return "an object"
-    return str(hint)
+def _row(path: str, value: Any, info: SettingInfo, hint: Any, settable: bool = True) -> SettingRow:
+    """The row of a declared setting at ``path``."""
+    return SettingRow(path, value, info.choices_text() or type_name(hint), significance_text(info), info.description, settable)
 
 
 def _rows(node: Any, prefix: str) -> Iterator[SettingRow]:
@@ -190,16 +182,42 @@ def _rows(node: Any, prefix: str) -> Iterator[SettingRow]:
         info, value, path = info_of(field), getattr(node, field.name), f"{prefix}{field.name}"
         if dataclasses.is_dataclass(value):
             yield from _rows(value, f"{path}.")
-            continue
-        if path == "variants":
-            path = "variants.<variant or *>.<setting>"
-            accepts = "checked when the variant is built (its losses' parameters, train.*, model options)"
-            yield SettingRow(path, value, accepts, "significant", info.description)
-            continue
-        kind = significance_text(info)
-        accepts = info.choices_text() or type_name(hints[field.name])
-        shown = f"{path}.{OPEN_KEYS[path]}" if path in OPEN_KEYS and not info.profile_only else path
-        yield SettingRow(shown, value, accepts, kind, info.description, not info.profile_only)
+        elif path == "variants":
+            yield from _variant_rows(node)
+        else:
+            shown = f"{path}.{OPEN_KEYS[path]}" if path in OPEN_KEYS and not info.profile_only else path
+            yield _row(shown, value, info, hints[field.name], not info.profile_only)
+
+
+#: what ``variants.<variant or *>.`` reaches
+VARIANT_PATH = "variants.<variant or *>"
+
+
+def _variant_rows(settings: RunSettings) -> Iterator[SettingRow]:
+    """The run's changes to variants: every loss's declared settings (``<loss>.<parameter>``, at the value a
+    variant with that loss gets where its row leaves it unset: the declared default, the profile's loss default,
+    the run's change to every variant), every model's declared options, and what else a variant change reaches."""
+    from models.losses import LOSSES
+    from models.registry import MODELS, options_class
+
+    every = settings.variants.get("*", {})
+    for loss in LOSSES.names():
+        declared = LOSSES[loss].settings_class
+        hints = typing.get_type_hints(declared)
+        given = {**settings.loss_defaults.get(loss, {}), **every.get(loss, {})}
+        for field in fields(declared):
+            value = given.get(field.name, default_of(field))
+            yield _row(f"{VARIANT_PATH}.{loss}.{field.name}", value, info_of(field), hints[field.name])
+    for model in MODELS.names():
+        declared = options_class(model)
+        hints = typing.get_type_hints(declared)
+        for field in fields(declared):
+            info = info_of(field)
+            value = every.get("model_options", {}).get(field.name, default_of(field))
+            yield _row(f"{VARIANT_PATH}.model_options.{field.name}", value, replace(info, description=f"{model}: {info.description}"), hints[field.name])
+    yield SettingRow(f"{VARIANT_PATH}.train.<setting>", every.get("train", {}), "as train.<setting>", "significant", "a training setting of these variants (train.<setting> for them alone)")
+    yield SettingRow("variants.<variant>.neighbor_source", None, "text, image or null", "significant", "where the variant's semantic neighbors i' come from (its row's, unless changed)")
+    yield SettingRow("variants.<variant>.label", None, "a string", "significant", "the variant's name in the report (its row's, unless changed)")
 
 
 def setting_rows(settings: RunSettings) -> list[SettingRow]:

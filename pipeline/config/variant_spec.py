@@ -9,16 +9,17 @@ applies a profile's loss defaults and the run's changes to one of them, and a ta
 
 from __future__ import annotations
 
-import inspect
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 
+from common.settings import SettingValueError, default_of
 from models.losses import LOSSES, Loss, build_loss
-from models.registry import model_class
+from models.losses.settings import parameter_names
+from models.registry import model_options, option_names
 from models.settings import TrainSettings
 
 NEIGHBOR_SOURCES = ("text", "image", None)
@@ -27,11 +28,6 @@ TRAIN_SETTINGS = frozenset(f.name for f in fields(TrainSettings))
 
 class VariantError(ValueError):
     """A variant, override or search space names something that does not exist; the message says what does."""
-
-
-def parameters_of(function: Callable, skip: int) -> list[str]:
-    """The keyword parameters of ``function`` after its first ``skip`` positional ones."""
-    return list(inspect.signature(function).parameters)[skip:]
 
 
 def check_names(what: str, given: Mapping[str, Any] | set[str], valid: list[str] | frozenset[str]) -> None:
@@ -52,7 +48,7 @@ class LossSpec:
             raise VariantError(LOSSES.unknown_message(self.name))
         # a deprecated loss name is its new name (one output hash, one plan)
         object.__setattr__(self, "name", LOSSES.resolve(self.name))
-        check_names(f"parameter(s) of loss {self.name!r}", self.params, parameters_of(LOSSES[self.name], 0))
+        check_names(f"parameter(s) of loss {self.name!r}", self.params, parameter_names(LOSSES[self.name].settings_class))
 
     def build(self) -> Loss:
         return build_loss(self.name, **self.params)
@@ -62,13 +58,9 @@ class LossSpec:
         return LossSpec(self.name, {**self.params, **params})
 
     def resolved_params(self) -> dict[str, Any]:
-        """Every constructor parameter with its value: the given ones, the constructor's defaults for the
-        rest (so a loss spelled with or without a default value is one loss, with one output hash)."""
-        defaults = {
-            name: parameter.default
-            for name, parameter in inspect.signature(LOSSES[self.name]).parameters.items()
-            if parameter.default is not inspect.Parameter.empty
-        }
+        """Every parameter of the loss with its value: the given ones, the declared defaults for the rest (so a
+        loss spelled with or without a default value is one loss, with one output hash)."""
+        defaults = {field.name: default_of(field) for field in fields(LOSSES[self.name].settings_class)}
         return {**defaults, **self.params}
 
     def as_dict(self) -> dict[str, Any]:
@@ -215,10 +207,14 @@ class Variant:
         if not self.losses:
             raise VariantError(f"variant {self.name!r} has no loss")
         try:
-            options = parameters_of(model_class(self.model), 2)  # after (config, word_vectors)
+            options = option_names(self.model)
         except KeyError as error:
             raise VariantError(error.args[0]) from None
         check_names(f"model option(s) of {self.model!r}", self.model_options, options)
+        try:
+            model_options(self.model, self.model_options, "model_options")  # each option's type and range
+        except SettingValueError as error:
+            raise VariantError(f"{error.name}: {error.refusal}") from None
         if self.neighbor_source not in NEIGHBOR_SOURCES:
             raise VariantError(f"neighbor_source {self.neighbor_source!r} is unknown; valid: {NEIGHBOR_SOURCES}")
         check_names("training setting(s)", self.train, TRAIN_SETTINGS)

@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 from common import files
-from common.files import atomic_path, partial_path
+from common.bounded_json import RECORD, read_bounded
+from common.files import PARTIAL_SUFFIX, atomic_path, partial_path
 
 __all__ = [
     "DiskFullError",
@@ -217,8 +218,8 @@ def remove_abandoned_partials(family_dir: Path, keep: Path) -> list[Path]:
     checkpoints a rerun with those settings resumes from.
     """
     removed = []
-    for partial in sorted(Path(family_dir).glob("*.partial")):
-        final = partial.with_name(partial.name.removesuffix(".partial"))
+    for partial in sorted(Path(family_dir).glob(f"*{PARTIAL_SUFFIX}")):
+        final = partial.with_name(partial.name.removesuffix(PARTIAL_SUFFIX))
         if final == Path(keep) or not partial.is_dir():
             continue
         fd = _try_lock(final)
@@ -271,7 +272,9 @@ def write_json(path: Path, payload: Any, *, sort_keys: bool = True) -> None:
 
 
 def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
+    """A JSON file the run wrote, read within bounds (an edited one nested thousands deep is a ``ValueError``
+    naming it, as a damaged one is)."""
+    return read_bounded(path, RECORD)
 
 
 def read_output(path: Path, **options: Any) -> Any:

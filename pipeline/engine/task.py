@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import luigi
 
 from common.hashing import stable_hash
+from common.run_folder import CODE_MARKER, META_FILE, read_meta
 from pipeline.engine.code_versions import version_of
 from pipeline.engine.gpus import host_gpu_count
 from pipeline.engine.outputs import (
@@ -31,10 +32,6 @@ from pipeline.engine.outputs import (
     write_json,
 )
 from pipeline.engine.spawn import produce_in_own_process, runs_in_own_process
-
-META_FILE = "_meta.json"
-#: in a resumable task's work folder: the code lineage its partial output was made with
-CODE_MARKER = "_code.json"
 
 __all__ = ["CODE_MARKER", "META_FILE", "HashedTask", "stable_hash", "threads_per_worker"]
 
@@ -357,7 +354,7 @@ class HashedTask(luigi.Task):
         stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         cached = self.__dict__.get("_meta_read")
         if cached is None or cached[0] != stamp:
-            cached = self._meta_read = (stamp, read_json(path))
+            cached = self._meta_read = (stamp, read_meta(self.output_dir()))
         return cached[1]
 
     def _readable_meta(self) -> dict[str, Any] | None:

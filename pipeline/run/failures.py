@@ -19,6 +19,8 @@ import logging
 
 from luigi.rpc import RPCError
 
+from common.bounded_json import BoundedJsonError
+from common.run_folder import RunFolderError
 from data_recipes.manifest import ManifestError
 from data_recipes.validate import RejectBudgetExceeded
 from models.record_check import ModelRecordError
@@ -26,9 +28,12 @@ from pipeline.config.checks import RunConfigurationError
 from pipeline.engine.outputs import DiskFullError
 
 #: failures caused by the input or the machine, not by a bug: a schema problem, too many rejected rows, a full
-#: disk, a bad name, a raw folder that is not there, a model record edited or damaged since training
+#: disk, a bad name, a raw folder that is not there, a model record edited or damaged since training, a JSON file
+#: beyond the bounds it is read within (a raw annotation file nested thousands deep), a run folder's file damaged
 INPUT_ERRORS: tuple[type[BaseException], ...] = (
     ManifestError,
+    BoundedJsonError,
+    RunFolderError,
     ModelRecordError,
     RejectBudgetExceeded,
     DiskFullError,

@@ -19,7 +19,6 @@ switching the local scheduler off (docs/scaling.md).
 from __future__ import annotations
 
 import configparser
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +26,8 @@ from typing import Any
 
 import luigi.configuration
 from luigi.configuration import LuigiTomlParser
+
+from common.bounded_json import COMMAND_LINE, NotJsonError, loads_bounded
 
 DEFAULTS_FILE = Path(__file__).with_name("luigi_defaults.cfg")
 #: [core] keys (Luigi's and their ``default-`` config spellings) and flags that name a central scheduler
@@ -77,6 +78,6 @@ def apply_package_defaults(config: Any = None, argv: Sequence[str] | None = None
 def _toml_value(text: str) -> Any:
     """``2`` -> 2, ``true`` -> True, ``WARNING`` -> "WARNING": a value as the TOML parser would hold it."""
     try:
-        return json.loads(text)
-    except ValueError:
+        return loads_bounded(text, "a Luigi default", COMMAND_LINE)
+    except NotJsonError:
         return text

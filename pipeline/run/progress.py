@@ -8,9 +8,6 @@ done: see ``pipeline.engine.task``), so one thread of the main process polls the
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import logging
 import os
 import shutil
@@ -22,12 +19,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+# the run folder's layout and readers: files alone, so this module imports neither Luigi nor the models
+from common.files import PARTIAL_SUFFIX
+from common.run_folder import META_FILE, last_history_row, meta_or_none, partial_path
+
 logger = logging.getLogger(__name__)
 
-#: ``pipeline.engine.task.META_FILE`` and ``models.training.history.HISTORY_FILE``, spelled here so that this
-#: module imports neither Luigi nor the models (a test checks they agree)
-META_FILE = "_meta.json"
-HISTORY_FILE = "history.csv"
 TRAIN = "Train"
 DATA = ("PrepareShard", "PrepareDataset", "Deduplicate", "Split")
 REPRESENTATIONS = ("TrainDoc2Vec", "TrainWordVectors", "TrunkFeatures", "NeighborTables")
@@ -66,15 +63,11 @@ class _State:
     metric: float | None = None
 
 
-def _partial(final: Path) -> Path:
-    return final.with_name(final.name + ".partial")
-
-
 def _identities(final: Path) -> tuple[Identity | None, Identity | None]:
     """(inode, mtime) of an output's ``_meta.json`` and of its ``.partial`` folder, None where absent: an
     output rebuilt in place has a new ``_meta.json``, a folder written into a new mtime."""
     found: list[Identity | None] = []
-    for path in (final / META_FILE, _partial(final)):
+    for path in (final / META_FILE, partial_path(final)):
         try:
             stat = os.stat(path)
         except OSError:
@@ -82,22 +75,6 @@ def _identities(final: Path) -> tuple[Identity | None, Identity | None]:
         else:
             found.append((stat.st_ino, stat.st_mtime_ns))
     return found[0], found[1]
-
-
-def _last_epoch(path: Path, metric: str | None) -> tuple[int, float | None] | None:
-    """The last complete row of ``history.csv`` as (epoch, metric), (0, None) before the first epoch; None
-    when it cannot be read now (a read racing a write: the next tick tries again)."""
-    try:
-        rows = list(csv.DictReader(io.StringIO(path.read_text())))
-        complete = [row for row in rows if None not in row and None not in row.values()]
-        if not complete:
-            return None if rows else (0, None)
-        value = float(complete[-1][metric]) if metric and complete[-1].get(metric) else None
-        return int(float(complete[-1]["epoch"])), value
-    except FileNotFoundError:
-        return 0, None
-    except (OSError, UnicodeDecodeError, csv.Error, KeyError, ValueError):
-        return None
 
 
 def _number(value: float) -> str:
@@ -240,7 +217,7 @@ class ProgressDisplay:
     def _train_entries(self) -> set[str]:
         """Signatures with a final or ``.partial`` folder under ``<run_root>/Train`` (no locks, temp files)."""
         try:
-            names = [entry.name.removesuffix(".partial") for entry in os.scandir(self.run_root / TRAIN)]
+            names = [entry.name.removesuffix(PARTIAL_SUFFIX) for entry in os.scandir(self.run_root / TRAIN)]
         except OSError:
             return set()
         return {name for name in names if "." not in name}
@@ -269,10 +246,10 @@ class ProgressDisplay:
                 finished.append(state)
                 continue
             state.touched = state.touched or partial_changed
-            if not state.touched or not _partial(final).exists():
+            if not state.touched or not partial_path(final).exists():
                 continue
             if state.task.family == TRAIN:
-                last = _last_epoch(_partial(final) / HISTORY_FILE, state.task.metric)
+                last = last_history_row(partial_path(final), state.task.metric)
                 if last is not None:  # unreadable this tick: keep what the last one read
                     state.epoch, state.metric = last
             running.append(state)
@@ -283,11 +260,7 @@ class ProgressDisplay:
     def _finish(self, state: _State) -> str:
         """Mark done; the line saying so: "Train 12/35 done: ours seed 1 (best epoch 7 of 20, 41 s)"."""
         state.done = True
-        try:
-            meta = json.loads((state.task.output_dir / META_FILE).read_text())
-        except (OSError, ValueError):  # unreadable: it is done all the same, said without details
-            meta = {}
-        meta = meta if isinstance(meta, dict) else {}
+        meta = meta_or_none(state.task.output_dir) or {}  # unreadable: it is done all the same, said without details
         task, params, wall = state.task, meta.get("params"), meta.get("wall_time_s")
         summary = meta.get("summary") if isinstance(meta.get("summary"), dict) else {}
         if state.discovered:  # named by its parameters now, else by its folder

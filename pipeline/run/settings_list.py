@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.config.changes import apply_changes
 from pipeline.config.checks import RunConfigurationError
+from pipeline.config.plan import resolve_plan
 from pipeline.config.profiles import DEFAULT_PROFILE, PROFILES
 from pipeline.config.run_settings import RunSettings, SettingRow, setting_rows
 from pipeline.config.settings_json import as_json
@@ -75,9 +75,8 @@ def main(argv: Sequence[str]) -> int:
         print(defaults_table())
         return 0
     try:
-        if args.profile not in PROFILES:
-            raise RunConfigurationError(PROFILES.unknown_message(args.profile))
-        settings = apply_changes(PROFILES.get(args.profile).settings(), args.changes)
+        # resolved and checked as a run's plan is (python -m pipeline plan): what it refuses, this refuses
+        settings = resolve_plan(args.profile, args.changes).settings
     except RunConfigurationError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

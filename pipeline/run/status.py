@@ -16,9 +16,9 @@ from typing import Any
 
 import luigi
 
+from common.run_folder import META_FILE, meta_or_none
 from pipeline.config.plan_file import plan_file_problem, plan_path
-from pipeline.engine.outputs import read_json
-from pipeline.engine.task import META_FILE, HashedTask
+from pipeline.engine.task import HashedTask
 
 DONE, RUN, STALE, KEPT = "done", "run", "stale", "kept"
 
@@ -81,11 +81,8 @@ def earlier_outputs(task: HashedTask, metas: dict[Path, list[dict[str, Any]]]) -
     if family_dir not in metas:
         found = []
         for path in sorted(family_dir.glob(f"*/{META_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True):
-            try:
-                meta = read_json(path)
-            except (OSError, ValueError, RecursionError):
-                continue
-            if isinstance(meta, dict) and isinstance(meta.get("config"), dict) and isinstance(meta.get("params"), dict):
+            meta = meta_or_none(path.parent)
+            if meta is not None and isinstance(meta.get("config"), dict) and isinstance(meta.get("params"), dict):
                 found.append(meta)
         metas[family_dir] = found
     return metas[family_dir]

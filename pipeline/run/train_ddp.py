@@ -12,11 +12,11 @@ directory; rank 0 alone writes the checkpoints, the history and the summary the 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch.distributed as dist
 
+from common.bounded_json import COMMAND_LINE, loads_bounded
 from models.distributed import init_from_environment
 from pipeline.engine.outputs import write_json
 from pipeline.engine.torchrun import SUMMARY_FILE
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work-dir", required=True, help="the Train's work directory (shared by all nodes)")
     args = parser.parse_args(argv)
     distributed = init_from_environment()  # torchrun sets OMP_NUM_THREADS=1 per process unless the user did
-    task = Train.from_str_params(json.loads(args.task))
+    task = Train.from_str_params(loads_bounded(args.task, "--task", COMMAND_LINE))
     summary = task.train_in(Path(args.work_dir), distributed)
     if distributed.is_main:
         write_json(Path(args.work_dir) / SUMMARY_FILE, summary)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.bounded_json import RECORD, loads_bounded
 from common.files import atomic_path
 from pipeline.steps.lsh_index import DedupIndex
 from pipeline.steps.minhash import MINHASH_SCHEME
@@ -41,7 +42,7 @@ def load_dedup_index(path: str | Path) -> DedupIndex:
     """Read an index written by :func:`save_dedup_index`; band hashes are recomputed from the stored
     signatures."""
     with np.load(Path(path), allow_pickle=False) as stored:
-        settings = json.loads(str(stored["settings"]))
+        settings = loads_bounded(str(stored["settings"]), f"{path} (its settings)", RECORD)
         signatures = stored["signatures"]
         pair_ids = [str(p) for p in stored["pair_ids"]]
         edges = stored["edges"].astype(np.int64).reshape(-1, 2)

@@ -17,6 +17,8 @@ from typing import Any
 import luigi
 from luigi.freezing import recursively_unfreeze
 
+from common.bounded_json import COMMAND_LINE, BoundedJsonError, NotJsonError, loads_bounded
+from common.run_folder import RunFolderError, check_plan_id
 from common.tokenizer import TOKENIZER_VERSION
 from models.settings import TrainSettings
 from pipeline.config.checks import RunConfigurationError, exit_or_raise
@@ -39,9 +41,16 @@ class SettingChangesParameter(luigi.Parameter):
     def _parser_kwargs(cls, param_name: str, task_name: str | None = None) -> dict[str, Any]:
         return {**super()._parser_kwargs(param_name, task_name), "action": "append"}
 
-    def parse(self, x: Any) -> tuple[str, ...]:
+    def parse(self, x: Any) -> Any:
+        if isinstance(x, UnreadFlag):
+            return x
         if isinstance(x, str):  # luigi.cfg: one change, or a JSON list of them
-            x = json.loads(x) if x.strip().startswith("[") else [x]
+            try:
+                x = loads_bounded(x, "the value", COMMAND_LINE) if x.strip().startswith("[") else [x]
+            except BoundedJsonError as error:  # refused in one line when the task is made (check_flags)
+                unread = UnreadFlag(x)
+                unread.accepts, unread.problem = "a JSON list of path=value changes", str(error)
+                return unread
         return tuple(str(change) for change in x)
 
     def normalize(self, x: Any) -> tuple[str, ...]:
@@ -69,22 +78,36 @@ FLAGS = (
 
 
 class UnreadFlag(str):
-    """The text of a flag its parameter could not read (not JSON, not a number): kept until the plan is made,
-    which refuses it in one line (Luigi itself would print a traceback and exit 4)."""
+    """The text of a flag its parameter could not read (not JSON, not a number, or JSON beyond the bounds of a
+    command-line value): kept until the plan is made, which refuses it in one line (Luigi itself would print a
+    traceback and exit 4)."""
 
     accepts = ""
+    #: what is wrong with it when that is more than not being what the flag accepts (too deep, too long)
+    problem = ""
+
+    def refusal(self, flag: str) -> str:
+        if self.problem:
+            return f"{flag}: {self.problem}"
+        return f"{flag} {str(self)[:200]!r}: expected {self.accepts}"
 
 
-def lenient(parameter: type[luigi.Parameter], accepts: str) -> type[luigi.Parameter]:
-    """``parameter`` whose ``parse`` keeps what it cannot read as an :class:`UnreadFlag` saying what it accepts."""
+def lenient(parameter: type[luigi.Parameter], accepts: str, json_text: bool = False) -> type[luigi.Parameter]:
+    """``parameter`` whose ``parse`` keeps what it cannot read as an :class:`UnreadFlag` saying what it accepts;
+    ``json_text``: Luigi parses its text as JSON, checked first by the project's bounded reader."""
 
     class Lenient(parameter):  # type: ignore[misc, valid-type]
         def parse(self, x: Any) -> Any:
             try:
+                if json_text and isinstance(x, str):
+                    # within the bounds of a command-line value before Luigi's own json.loads sees it
+                    loads_bounded(x, "the value", COMMAND_LINE)
                 return super().parse(x)
-            except (ValueError, TypeError):
+            except (ValueError, TypeError) as error:
                 unread = UnreadFlag(x)
                 unread.accepts = accepts
+                if isinstance(error, BoundedJsonError) and not isinstance(error, NotJsonError):
+                    unread.problem = str(error)
                 return unread
 
         def normalize(self, x: Any) -> Any:
@@ -98,10 +121,10 @@ def lenient(parameter: type[luigi.Parameter], accepts: str) -> type[luigi.Parame
     return Lenient
 
 
-JsonObjectParameter = lenient(luigi.DictParameter, "a JSON object")
+JsonObjectParameter = lenient(luigi.DictParameter, "a JSON object", json_text=True)
 SeedParameter = lenient(luigi.OptionalIntParameter, "an integer")
 ShareParameter = lenient(luigi.OptionalFloatParameter, "a number")
-JsonListParameter = lenient(luigi.ListParameter, "a JSON list")
+JsonListParameter = lenient(luigi.ListParameter, "a JSON list", json_text=True)
 IdentityIntParameter = lenient(luigi.IntParameter, "an integer")
 
 
@@ -111,10 +134,10 @@ def _default_of(parameter: luigi.Parameter) -> Any:
     return default if default is None or default is luigi.parameter._no_value else parameter.normalize(default)
 
 
-def typed_flags(task: Any) -> set[str]:
-    """The flags typed on the command line for ``task`` when it is of the family the command starts (``--profile``
-    or ``--FullRun-profile``), whatever their value. Not the parameters a task was built with: Luigi rebuilds a
-    task a worker yields with every parameter, flags at their defaults included."""
+def typed_flags(task: Any, names: tuple[str, ...] = FLAGS) -> set[str]:
+    """The flags of ``names`` typed on the command line for ``task`` when it is of the family the command starts
+    (``--profile`` or ``--FullRun-profile``), whatever their value. Not the parameters a task was built with: Luigi
+    rebuilds a task a worker yields with every parameter, flags at their defaults included."""
     from luigi.cmdline_parser import CmdlineParser
 
     parser = CmdlineParser.get_instance()
@@ -122,7 +145,7 @@ def typed_flags(task: Any) -> set[str]:
     if parser is None or getattr(parser.known_args, "root_task", None) != family:
         return set()
     typed = vars(parser.known_args)
-    return {name for name in FLAGS if typed.get(name) is not None or typed.get(f"{family}_{name}") is not None}
+    return {name for name in names if typed.get(name) is not None or typed.get(f"{family}_{name}") is not None}
 
 
 def check_flags(task: Any) -> None:
@@ -133,8 +156,12 @@ def check_flags(task: Any) -> None:
     for name, _ in task.get_params():
         value = getattr(task, name, None)
         if isinstance(value, UnreadFlag):
-            raise RunConfigurationError(f"--{name.replace('_', '-')} {str(value)!r}: expected {value.accepts}")
-    if task.plan:
+            raise RunConfigurationError(value.refusal(f"--{name.replace('_', '-')}"))
+    if task.plan or typed_flags(task, ("plan",)):  # given, even empty (``--plan ''`` would start a new run)
+        try:
+            check_plan_id(task.plan)
+        except RunFolderError as error:
+            raise RunConfigurationError(str(error)) from None
         given = [
             name
             for name, parameter in task.get_params()

@@ -12,6 +12,7 @@ import luigi
 import numpy as np
 import pandas as pd
 
+from common.run_folder import META_FILE
 from data_recipes import build_recipe
 from data_recipes.image_cache import (
     DEFAULT_PLACEHOLDER_MIN_PATHS,
@@ -34,7 +35,7 @@ from data_recipes.validate import (
 )
 from pipeline.config.plan import RunPlan
 from pipeline.engine.outputs import read_json, save_frame, write_json
-from pipeline.engine.task import META_FILE, HashedTask
+from pipeline.engine.task import HashedTask
 from pipeline.steps.dedup import deduplicate_reusing
 from pipeline.steps.dedup_quality import dedup_precision_recall
 from pipeline.steps.lsh_store import load_dedup_index, save_dedup_index

@@ -253,6 +253,7 @@ class Report(PipelineTask):
         runs = [load_run(e, train) for e, train in zip(req["evaluations"], req["trains"], strict=True)]
         tuned = [load_run(e, e.clone(Train)) for task in req["tuned"] for e in task.evaluations()]
         runner_up = [load_run(e, e.clone(Train)) for task in req["tuned"] for e in task.runner_up_evaluations()]
+        frozen_start = [load_run(e, e.clone(Train)) for task in req["tuned"] for e in task.frozen_start_evaluations()]
         selections = {task.variant: task.requires()["tune"].load("selection") for task in req["tuned"]}
         cocos = [{"label": task.variant_spec().label, **task.load("cocos")} for task in req["cocos"]]
         # the tuning schedule's Trains and the tuned runs' Train and Evaluate are dynamic dependencies (known once
@@ -260,7 +261,7 @@ class Report(PipelineTask):
         dynamic = [
             task
             for tuned_runs in req["tuned"]
-            for e in [*tuned_runs.evaluations(), *tuned_runs.runner_up_evaluations()]
+            for e in [*tuned_runs.evaluations(), *tuned_runs.runner_up_evaluations(), *tuned_runs.frozen_start_evaluations()]
             for task in all_upstream(e)
         ]
         for tuned_runs in req["tuned"]:
@@ -299,6 +300,7 @@ class Report(PipelineTask):
             tuned_runs=tuned,
             selections=selections,
             runner_up_runs=runner_up,
+            frozen_start_runs=frozen_start,
         )
         document, payload = build_report(inputs, work_dir)
         kept = [

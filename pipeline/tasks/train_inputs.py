@@ -16,9 +16,11 @@ from torch import nn
 from common.hashing import file_sha256
 from common.tokenizer import TOKENIZER_VERSION
 from data_recipes.manifest import image_ids, integer_group_ids
+from models.config import ModelConfig
 from models.devices import pick_device
 from models.distributed import SINGLE_PROCESS, Distributed
-from models.encoders import EncoderConfig
+from models.record_check import ModelRecordError
+from models.record_settings import settings_disagreement, trunk_training_record
 from models.registry import needs_spatial_features
 from models.settings import TrainSettings
 from models.trained import (
@@ -26,7 +28,6 @@ from models.trained import (
     load_trained,
     read_record,
     record_for,
-    trunk_training_record,
     vocabulary_entry,
 )
 from models.training import PairData, TrainingData
@@ -82,7 +83,7 @@ def model_record(task: PipelineTask, inputs: Mapping[str, HashedTask], data: Pai
     spec, t = task.variant_spec(), task.train_settings()
     vocab, word_vectors = inputs["words"].vocabulary()
     vocab_file = inputs["words"].output_path("vocab")
-    encoder = EncoderConfig.from_settings(t, word_vectors, feature_width(data, t))
+    encoder = ModelConfig.from_settings(t, word_vectors, feature_width(data, t))
     return record_for(
         spec.model,
         dict(spec.model_options),
@@ -123,10 +124,13 @@ def feature_width(data: PairData, settings: TrainSettings) -> int | None:
 
 def load_trained_model(inputs: Mapping[str, HashedTask]) -> tuple[nn.Module, int]:
     """The trained model of the required ``train`` task, built from its construction record alone (checked
-    against the copy its metadata keeps) and loaded with its best checkpoint on this task's device, and the
-    epoch of that checkpoint."""
+    against the copy its metadata keeps, and against the training settings its run plan gives it) and loaded with
+    its best checkpoint on this task's device, and the epoch of that checkpoint."""
     train = inputs["train"]
     record = read_record(train.output_path("model"), train.meta()["summary"].get("model_record"))
+    problem = settings_disagreement(record, train.train_settings())  # as its run plan resolves them
+    if problem:
+        raise ModelRecordError(f"{train.output_path('model')}: {problem} (its run plan): the record contradicts what the model was trained with")
     return load_trained(record, train.output_path("checkpoint"), task_device())
 
 

@@ -117,6 +117,7 @@ class Train(VariantParams, PipelineTask):
             if name in dict(self.overrides().get("train", {})):
                 point = merge_overrides(point, {"train": {name: getattr(self.train_settings(), name)}})
         return self.clone(Train, seed=parent.seed, point=point, continue_from_epochs=0)
+
     def config(self) -> dict[str, Any]:
         spec = self.variant_spec()
         variant = spec.as_dict()

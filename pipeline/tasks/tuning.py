@@ -44,8 +44,9 @@ from pipeline.tasks.training import Train
 
 
 def final_run(train: Train, extended_cap: int) -> Train:
-    """``train`` itself, or, when its best epoch was its cap, the same run continued to ``extended_cap``."""
-    if not capped(train.meta()["summary"]):
+    """``train`` itself, or, when its best epoch was its cap, the same run continued to ``extended_cap``. A
+    warm-started run is never extended: the trunk's run follows a fixed rule (its parent was extended instead)."""
+    if train.train_settings().warm_started or not capped(train.meta()["summary"]):
         return train
     return train.with_epochs(extended_cap, continue_from_epochs=train.train_settings().epochs)
 
@@ -222,32 +223,24 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
                 }
             )
         trials.append(trial)
-    comparison, why_not = None, None
     metric, n_way = SELECTION_METRICS[name], task.train_settings().selection_n_way
+    comparison, why_not = None, None
     if runner_up is None:
         why_not = "the only finished trial"
-    elif metric.per_query is None:
-        why_not = f"no paired comparison: {name} has no per-pair values"
     else:
-        outcomes = {
-            index: {seed: metric.per_query(ValidationRanking(load_ranks(run.output_path("validation_ranks")), n_way)) for seed, run in finished[index].items()}
-            for index in (chosen, runner_up)
-        }
-        # the per-pair values must average to the scores the choice was made on (not so for the layout-aware
-        # rsum of several captions per image, whose per-pair values rank differently)
-        reproduced = all(
-            abs(values.mean() - run_record(finished[index][seed])["score"]) < 1e-9
-            for index, per_seed in outcomes.items()
-            for seed, values in per_seed.items()
-        )
-        if reproduced:
-            comparison = compare_trials(
-                outcomes[chosen], outcomes[runner_up], higher, task.settings.tuning.bootstrap_resamples
-            )
-        else:
-            why_not = f"no paired comparison: the per-pair values of {name} do not reproduce its scores here"
+        comparison, why_not = paired_comparison(task, {seed: finished[chosen][seed] for seed in finished[chosen]}, finished[runner_up], higher)
     tie = None if comparison is None else not comparison["resolved"]
     decided_by = why_not or (TIE_RULE if tie else "a resolved difference")
+    # a trial the halving stopped at a rung was never trained further, so a tie with it cannot be read at the
+    # report's seeds: each one is compared with the chosen trial at the rung it stopped at (both trained the same
+    # epochs there), and the report names every one not resolved below the choice as a tie not tested
+    rung_comparisons = {}
+    for index, rung in sorted(state.stopped_at.items()):
+        epochs = state.rungs[rung]["epochs"]
+        runs_at = {trial: {seed: task.train_of(RunKey(trial, seed, epochs)) for seed in task.settings.tuning.trial_seeds} for trial in (chosen, index)}
+        at_rung, why = paired_comparison(task, runs_at[chosen], runs_at[index], higher)
+        rung_comparisons[str(index)] = {"rung": rung, "epochs": epochs, **(at_rung or {"why_not": why})}
+    rung_ties = sorted(int(i) for i, c in rung_comparisons.items() if "resolved" in c and not c["resolved"])
     return {
         "variant": task.variant,
         "label": task.variant_spec().label,
@@ -262,7 +255,35 @@ def selection_record(task: Tune, state: ScheduleState) -> dict[str, Any]:
         "comparison": comparison,
         "tie": tie,
         "decided_by": decided_by,
+        "rung_comparisons": rung_comparisons,
+        # trials stopped at a rung whose runs there were not resolved below the chosen trial's: ties not tested
+        "rung_ties": rung_ties,
     }
+
+
+def paired_comparison(
+    task: Tune, chosen: dict[int, Train], other: dict[int, Train], higher: bool
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The chosen runs against another trial's (per trial seed), paired by validation pair and seed, or None and
+    why not."""
+    name = task.train_settings().selection
+    metric, n_way = SELECTION_METRICS[name], task.train_settings().selection_n_way
+    if metric.per_query is None:
+        return None, f"no paired comparison: {name} has no per-pair values"
+    outcomes = {
+        key: {seed: metric.per_query(ValidationRanking(load_ranks(run.output_path("validation_ranks")), n_way)) for seed, run in runs.items()}
+        for key, runs in (("chosen", chosen), ("other", other))
+    }
+    # the per-pair values must average to the scores the choice was made on (not so for the layout-aware rsum of
+    # several captions per image, whose per-pair values rank differently)
+    reproduced = all(
+        abs(values.mean() - run_record(runs[seed])["score"]) < 1e-9
+        for key, runs in (("chosen", chosen), ("other", other))
+        for seed, values in outcomes[key].items()
+    )
+    if not reproduced:
+        return None, f"no paired comparison: the per-pair values of {name} do not reproduce its scores here"
+    return compare_trials(outcomes["chosen"], outcomes["other"], higher, task.settings.tuning.bootstrap_resamples), None
 
 
 class TunedRuns(VariantChoice, PipelineTask):
@@ -324,6 +345,14 @@ class TunedRuns(VariantChoice, PipelineTask):
             self.clone(Evaluate, seed=train.seed, point=train.overrides()) for train in self.final_trains(choice)
         ]
 
+    def frozen_start_evaluations(self) -> list[Evaluate]:
+        """With a warm start, the Evaluate of each report seed's frozen-trunk run at the choice (the learning
+        tower's start, the frozen profile's run where there is one): the report pairs the two towers by seed and
+        test item. None otherwise."""
+        if not self.train_settings().warm_started:
+            return []
+        return [self.clone(Evaluate, seed=train.seed, point=train.overrides()) for train in self.extended_trains()]
+
     def runner_up_evaluations(self) -> list[Evaluate]:
         """The report seeds' evaluations at the runner-up's settings (none unless the choice was a tie)."""
         return self.evaluations("runner_up") if "runner_up" in self.choices() else []
@@ -334,14 +363,14 @@ class TunedRuns(VariantChoice, PipelineTask):
             task
             for choice in self.choices()
             for task in [*self.trains(choice), *self.extended_trains(choice), *self.final_trains(choice), *self.evaluations(choice)]
-        ]
+        ] + self.frozen_start_evaluations()
 
     def run(self) -> Iterator[list[HashedTask]]:  # a Luigi task with dynamic dependencies is a generator
         choices = list(self.choices())
         yield [train for choice in choices for train in self.trains(choice)]
         yield [train for choice in choices for train in self.extended_trains(choice)]
         yield [train for choice in choices for train in self.final_trains(choice)]
-        yield [evaluation for choice in choices for evaluation in self.evaluations(choice)]
+        yield [evaluation for choice in choices for evaluation in self.evaluations(choice)] + self.frozen_start_evaluations()
         super().run()
 
     def produce(self, work_dir: Path) -> dict[str, Any]:
@@ -352,6 +381,8 @@ class TunedRuns(VariantChoice, PipelineTask):
             "evaluations": {str(e.seed): str(e.output_dir()) for e in self.evaluations()},
             "extended": [train.seed for train in self.extended_trains() if train.continue_from_epochs],
         }
+        if self.train_settings().warm_started:
+            runs["frozen_start"] = {"evaluations": {str(e.seed): str(e.output_dir()) for e in self.frozen_start_evaluations()}}
         if "runner_up" in choices:
             runs["runner_up"] = {
                 "overrides": choices["runner_up"],
