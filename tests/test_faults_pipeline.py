@@ -487,6 +487,7 @@ DISK_FULL = {
 }
 
 
+@pytest.mark.slow  # the reference run: a FullRun from the command line
 @pytest.mark.parametrize("where", list(DISK_FULL))
 def test_disk_full_names_the_path_and_leaves_no_partial_output(
     where: str, copied_run: Path, reference: Path, monkeypatch: pytest.MonkeyPatch
