@@ -130,18 +130,9 @@ def build_training_run(
     if warm_start is not None:
         warm_start.load_into(model, record)
     trainer = Trainer(
-        model,
-        losses,
-        data,
-        settings,
-        seed=seed,
-        work_dir=work_dir,
-        device=device,
-        progress=progress,
-        distributed=distributed,
-        static_step=static_step,
-        starting_weights_compete=warm_start is not None,
-    )
+        model, losses, data, settings, seed=seed, work_dir=work_dir, device=device, progress=progress,
+        distributed=distributed, static_step=static_step, starting_weights_compete=warm_start is not None,
+    )  # fmt: skip
     return TrainingRun(trainer, record, warm_start)
 
 
