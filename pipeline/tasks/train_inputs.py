@@ -1,7 +1,8 @@
 """What a ``Train`` (and the tasks that embed its pairs: Evaluate, Cocos, SearchIndex) reads and builds its run
-from: the pairs and their tokens, the tasks they come from, the model record, the warm start's parent, and the
-epoch cap and rate a run trains with. Plain functions over the required tasks; the Train task keeps Luigi's
-identity and the dispatch (``pipeline/tasks/training.py``)."""
+from: the pairs and their tokens, the tasks they come from, the model record, the warm start's parent, the epoch
+cap a run trains to, and the run itself (:func:`training_run`: those inputs handed to the one factory of a training
+run, ``models.training.run``). Plain functions over the required tasks; the Train task keeps Luigi's identity and
+the dispatch (``pipeline/tasks/training.py``)."""
 
 from __future__ import annotations
 

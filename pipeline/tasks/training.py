@@ -1,4 +1,6 @@
-"""Cross-modal training of one method variant with one seed (paper §3.2–3.3)."""
+"""Cross-modal training of one method variant with one seed (paper §3.2–3.3): the ``Train`` task's identity (its
+parameters, a warm start's parent, epoch caps) and its dispatch (here or under torchrun, continuing a shorter run);
+the run itself is built and finished by ``models.training.run`` from ``pipeline.tasks.train_inputs.training_run``."""
 
 from __future__ import annotations
 
