@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--reillustrate", type=float, default=0.4, help="share of pairs given another picture of their topic")
     parser.add_argument("--boilerplate-share", type=float, default=0.05, help="site notices (0: none)")
     parser.add_argument("--near-duplicate-share", type=float, default=0.05, help="republished copies (0: none)")
+    # the learning-tower profile trains at 160 px: its table is drawn at that size, not upsampled from 96
+    parser.add_argument("--image-size", type=int, default=96, help="side in pixels the pictures are drawn at")
     parser.add_argument("--quick", action="store_true", help="120 pairs (a smoke test)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -85,6 +87,7 @@ def main(argv: list[str] | None = None) -> Path:
         args.n_pairs,
         args.seed,
         args.reillustrate,
+        image_size=args.image_size,
         boilerplate_share=args.boilerplate_share,
         near_duplicate_share=args.near_duplicate_share,
     )

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import luigi
@@ -87,12 +88,20 @@ def summarise(stages: int, trains: list[Train], frozen: list[Train]) -> dict[str
     }
 
 
+def cost_ratio(row: dict[str, Any], rows: list[dict[str, Any]]) -> float:
+    """A k's cost as a multiple of the frozen trunk's: the cost benchmark's (``row["x_frozen_cpu"]``, CPU seconds
+    timed in one run) when given, else the study's own seconds per epoch."""
+    if row.get("x_frozen_cpu") is not None:
+        return float(row["x_frozen_cpu"])
+    frozen = next(r for r in rows if r["stages"] == 0)
+    return row["epoch_seconds"] / frozen["epoch_seconds"]
+
+
 def choose(rows: list[dict[str, Any]], max_cost: float) -> dict[str, Any]:
     """The rule of the module docstring: the chosen k, why, and the learning tower the profile trains."""
-    frozen = next(row for row in rows if row["stages"] == 0)
-    affordable = [row for row in rows if row["stages"] == 0 or row["epoch_seconds"] <= max_cost * frozen["epoch_seconds"]]
+    affordable = [row for row in rows if row["stages"] == 0 or cost_ratio(row, rows) <= max_cost]
     best = max(affordable, key=lambda row: row["mean_score"])
-    cheapest_first = sorted(affordable, key=lambda row: (row["stages"] != 0, row["epoch_seconds"]))
+    cheapest_first = sorted(affordable, key=lambda row: (row["stages"] != 0, cost_ratio(row, rows)))
     chosen, margin = best, 0.0
     for row in cheapest_first:
         paired = [best["scores"][run] - score for run, score in row["scores"].items()]
@@ -123,16 +132,17 @@ def markdown(rows: list[dict[str, Any]], choice: dict[str, Any], args: argparse.
     lines = [
         title,
         "",
-        "| trained stages | seconds / epoch | × frozen | run seconds (with parent) | cached map | cache s | val 5-way R@1 (mean ± se) | vs own frozen parent (mean ± se) | kept parent | per run |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| trained stages | seconds / epoch (this machine's load) | × frozen | × frozen, CPU (cost benchmark) | run seconds (with parent) | cached map | cache s | val 5-way R@1 (mean ± se) | vs own frozen parent (mean ± se) | kept parent | per run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     frozen = rows[0]["epoch_seconds"]
     for row in rows:
+        cpu = "–" if row.get("x_frozen_cpu") is None else f"{row['x_frozen_cpu']:.2f}"
         per_run = ", ".join(f"{k} {v:.4f}" for k, v in row["scores"].items())
         versus = "–" if row["stages"] == 0 else f"{np.mean(row['vs_frozen']):+.4f} ± {standard_error(row['vs_frozen']):.4f}"
         kept = "–" if row["kept_parent"] is None else f"{row['kept_parent']}/{len(row['scores'])}"
         lines.append(
-            f"| {row['trunk']} | {row['epoch_seconds']:.1f} | {row['epoch_seconds'] / frozen:.2f} | {row['run_seconds']:.0f} | "
+            f"| {row['trunk']} | {row['epoch_seconds']:.1f} | {row['epoch_seconds'] / frozen:.2f} | {cpu} | {row['run_seconds']:.0f} | "
             f"{row['cache_shape'][1:]} | {row['cache_seconds']:.0f} | {row['mean_score']:.4f} ± {row['se_score']:.4f} | {versus} | {kept} | {per_run} |"
         )
     name = "frozen (k = 0)" if choice["stages"] == 0 else f"top{choice['stages']}"
@@ -143,8 +153,22 @@ def markdown(rows: list[dict[str, Any]], choice: dict[str, Any], args: argparse.
             "validation its tower does not learn more than frozen features by more than the runs' spread."
         )
     if choice["unaffordable"]:
-        lines.append(f"Over the cost cap ({args.max_cost}x the frozen trunk's seconds per epoch): k = {choice['unaffordable']}.")
+        lines.append(f"Over the cost cap ({args.max_cost}x the frozen trunk's cost): k = {choice['unaffordable']}.")
+    for k, cost in sorted(args.costs.items()):
+        if k not in {row["stages"] for row in rows}:
+            verdict = "over the cost cap, so not a candidate" if cost > args.max_cost else "affordable, but not in this study"
+            lines.append(f"top{k}: {cost:.2f}x the frozen trunk's CPU seconds per epoch (cost benchmark), {verdict}.")
     return "\n".join(lines)
+
+
+def benchmark_costs(path: str | None, image_size: int) -> dict[int, float]:
+    """Per k, the cost benchmark's CPU seconds per epoch as a multiple of the frozen trunk's, at ``image_size``."""
+    if path is None:
+        return {}
+    from common.bounded_json import read_bounded
+
+    rows = read_bounded(Path(path))["rows"]
+    return {int(r["stages"]): float(r["x_frozen"]) for r in rows if int(r["image_size"]) == image_size}
 
 
 def main() -> None:
@@ -162,6 +186,11 @@ def main() -> None:
     )
     # four times the frozen trunk's seconds per epoch keeps the learning-tower profile near its 45-minute budget
     parser.add_argument("--max-cost", type=float, default=4.0, help="the most seconds per epoch, as a multiple of frozen's")
+    parser.add_argument(
+        "--cost-from", default=None,
+        help="benchmarks/bench_trunk_cost.py's JSON: the cost side of the rule from its CPU seconds at the study's "
+        "resolution (timed in one run), instead of the Trains' own seconds per epoch",
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="the smoke profile, k in 0,1, one variant, 1 trunk epoch")
     parser.add_argument("--json", default=None)
@@ -190,6 +219,9 @@ def main() -> None:
     if not luigi.build(tasks, local_scheduler=True, workers=args.workers, log_level="WARNING"):
         raise SystemExit("a Train failed: see the log above")
     rows = [summarise(k, trains, plan[0]) for k, trains in sorted(plan.items())]
+    args.costs = benchmark_costs(args.cost_from, plan[0][0].train_settings().image_size)
+    for row in rows:
+        row["x_frozen_cpu"] = args.costs.get(row["stages"])
     choice = choose(rows, args.max_cost)
     payload = {
         "profile": args.profile,
@@ -199,6 +231,7 @@ def main() -> None:
         "seeds": seeds,
         "rows": rows,
         "choice": choice,
+        "cost_from": args.cost_from,
         "wall_s": time.time() - started,
     }
     text = markdown(rows, choice, args)

@@ -44,6 +44,7 @@ QUICK_TESTS = {
     "bench_search": "test_bench_quick.py",
     "bench_step_sync": "test_bench_quick.py",
     "bench_train_throughput": "test_bench_quick.py",
+    "bench_trunk_cost": "test_bench_quick.py",
     "bench_trunk_resolution": "test_bench_quick.py",
     "bf16_check": "test_gpu_check.py",
     "compare_evaluations": "test_bench_run_root.py",
@@ -147,6 +148,15 @@ def test_bench_epoch_quick():
     assert result["pairs_per_epoch"] == 128 and set(result["seconds"]) == cases
     assert all(len(times) == 1 and times[0] > 0 for times in result["seconds"].values())
     assert result["ratio_vs_baseline"]["ang_np_sym/in_batch"] == 1.0
+
+
+@pytest.mark.slow
+def test_bench_trunk_cost_quick():
+    result = script("bench_trunk_cost").main(["--quick"])
+    assert [(row["image_size"], row["stages"]) for row in result["rows"]] == [(96, 0), (96, 1)]
+    frozen, top1 = result["rows"]
+    assert frozen["x_frozen"] == 1.0 and top1["x_frozen"] > 0 and top1["map"] == [192, 3, 3]
+    assert all(row["epoch_cpu_seconds"] > 0 and row["cache_cpu_ms_per_image"] > 0 for row in result["rows"])
 
 
 @pytest.mark.slow

@@ -119,13 +119,17 @@ def test_a_trunk_setting_the_run_cannot_train_is_refused_when_planned(changes, s
         resolve_plan("smoke", changes)
 
 
-def test_the_finetune_profile_changes_only_the_trunk_and_the_grid():
+def test_the_finetune_profile_changes_only_the_trunk_its_resolution_and_the_grid():
     plan, demo = resolve_plan("demo-finetune"), resolve_plan("demo")
     assert plan.grid == ("ang_np_sym", "ours", "trip_np_sym", "ours_trip") and plan.protocols() == ("tuned",)
-    assert replace(plan.settings.train, trunk="frozen", trunk_learning_rate_scale=1.0) == demo.settings.train
+    t = plan.settings.train
+    assert (t.trunk, t.image_size, t.trunk_views, t.trunk_epochs) == ("top1", 160, 5, 6)
+    assert t.trunk_warm_start and t.trunk_batchnorm == "frozen" and t.trunk_learning_rate_scale == 1.0
+    assert replace(t, trunk="frozen", image_size=96, trunk_views=1, trunk_epochs=10) == demo.settings.train
+    assert plan.settings.data.image_cache_size == 160 and plan.settings.data.generated_options["image_size"] == 160
     assert plan.settings.tuning == replace(demo.settings.tuning, protocol="tuned")
     assert all(plan.seeds_for(v) == (0, 1, 2) for v in plan.grid)
-    assert ModelConfig().trunk == "finetune", "the paper profile keeps the whole trunk training"
+    assert resolve_plan("paper").settings.train.trunk == "finetune", "the paper profile keeps the whole trunk training"
 
 
 @pytest.mark.slow
