@@ -23,9 +23,8 @@ import numpy as np
 import torch
 from result_files import parse_with_quick, write_results
 
-from models.config import ModelConfig
-from models.training import PairData, Trainer
-from models.vse import VSEModel
+from models.training import PairData, TrainingData
+from models.training.run import build_training_run, record_in_memory
 from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import VARIANTS
 
@@ -50,31 +49,20 @@ def synthetic_pairs(
 
 def time_epoch(variant: str, mode: str, data: PairData, n_train: int, settings, k: int) -> float:
     spec = VARIANTS[variant]
-    torch.manual_seed(0)
     feature_dim = None if data.image_features is None else FROZEN_FEATURE_DIM
-    config = ModelConfig.from_settings(
-        replace(settings, pretrained=False), np.zeros((5000, 200)), feature_dim
-    )
-    model = VSEModel(config)
-    losses = spec.build_losses()
+    settings = replace(settings, pretrained=False, epochs=1, neighbor_mode=mode)
+    record = record_in_memory(spec.model, settings, np.zeros((5000, 200), dtype=np.float32), feature_dim=feature_dim)
     rng = np.random.default_rng(1)
     table = (
         np.stack([rng.permutation(n_train) for _ in range(k)], axis=1) if spec.neighbor_source else None
     )
+    positions = (np.arange(n_train), np.arange(n_train, n_train + 64))
     with tempfile.TemporaryDirectory() as work:
-        trainer = Trainer(
-            model,
-            losses,
-            data,
-            np.arange(n_train),
-            np.arange(n_train, n_train + 64),
-            replace(settings, epochs=1, neighbor_mode=mode),
-            0,
-            Path(work),
-            neighbors=table,
-            progress=False,
+        run = build_training_run(
+            record, TrainingData(data, *positions, neighbors=table), settings, spec.build_losses(), seed=0,
+            work_dir=Path(work),
         )
-        return trainer.fit().history[0]["train_seconds"]
+        return run.trainer.fit().history[0]["train_seconds"]
 
 
 RESULTS = "benchmarks/results/epoch.json"

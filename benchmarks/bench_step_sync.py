@@ -27,11 +27,10 @@ import numpy as np
 import torch
 from result_files import parse_with_quick, write_results
 
-from models.config import ModelConfig
 from models.losses.checks import value_checks
-from models.training import PairData, Trainer
+from models.training import PairData, Trainer, TrainingData
+from models.training.run import build_training_run, record_in_memory
 from models.training.step import StepLog
-from models.vse import VSEModel
 from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import VARIANTS
 
@@ -53,25 +52,13 @@ def synthetic_pairs(n: int, max_tokens: int) -> PairData:
 
 
 def build_trainer(work_dir: Path, device: torch.device, n: int) -> Trainer:
+    """Ours at the demo's sizes on ``n`` synthetic train pairs (10 random neighbors each) and 64 validation pairs."""
     settings = replace(DEMO.train, pretrained=False, selection="val_loss")  # steps only: nothing validated
     spec = VARIANTS["ours"]
-    torch.manual_seed(0)
-    config = ModelConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32), FEATURES)
-    losses = spec.build_losses()
+    record = record_in_memory(spec.model, settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32), feature_dim=FEATURES)
     table = np.stack([np.random.default_rng(s).permutation(n) for s in range(10)], axis=1)
-    return Trainer(
-        VSEModel(config),
-        losses,
-        synthetic_pairs(n + 64, settings.max_text_tokens),
-        np.arange(n),
-        np.arange(n, n + 64),
-        settings,
-        0,
-        work_dir,
-        neighbors=table,
-        device=device,
-        progress=False,
-    )
+    data = TrainingData(synthetic_pairs(n + 64, settings.max_text_tokens), np.arange(n), np.arange(n, n + 64), table)
+    return build_training_run(record, data, settings, spec.build_losses(), seed=0, work_dir=work_dir, device=device).trainer
 
 
 def synchronize(device: torch.device) -> None:

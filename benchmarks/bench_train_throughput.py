@@ -37,10 +37,9 @@ import torch
 from result_files import add_out_option, out_path, write_results
 
 from common.bounded_json import read_bounded
-from models.config import ModelConfig
-from models.distributed import init_from_environment
-from models.training import PairData, Trainer
-from models.vse import VSEModel
+from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment
+from models.training import PairData, Trainer, TrainingData
+from models.training.run import build_training_run, record_in_memory
 from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import VARIANTS
 
@@ -75,31 +74,21 @@ def build_trainer(
     n_train: int,
     work_dir: Path,
     device: torch.device,
-    distributed=None,
+    distributed: Distributed = SINGLE_PROCESS,
     static_step: bool = False,
 ) -> Trainer:
+    """Ours on ``data`` (its first ``n_train`` pairs train, each with 10 random neighbors; the rest validate),
+    built as a Train builds its run (:func:`build_training_run`)."""
     spec = VARIANTS["ours"]
-    torch.manual_seed(0)
-    config = ModelConfig.from_settings(settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32))
-    losses = spec.build_losses()
+    record = record_in_memory(spec.model, settings, np.zeros((VOCAB, WORD_DIM), dtype=np.float32))
     rng = np.random.default_rng(1)
     table = np.stack([rng.permutation(n_train) for _ in range(10)], axis=1)
-    extra = {"distributed": distributed} if distributed is not None else {}
-    return Trainer(
-        VSEModel(config),
-        losses,
-        data,
-        np.arange(n_train),
-        np.arange(n_train, len(data.image_rows)),
-        settings,
-        0,
-        work_dir,
-        neighbors=table,
-        device=device,
-        progress=False,
-        static_step=static_step,
-        **extra,
+    positions = (np.arange(n_train), np.arange(n_train, len(data.image_rows)))
+    run = build_training_run(
+        record, TrainingData(data, *positions, neighbors=table), settings, spec.build_losses(), seed=0,
+        work_dir=work_dir, device=device, distributed=distributed, static_step=static_step,
     )
+    return run.trainer
 
 
 def synchronize(device: torch.device) -> None:

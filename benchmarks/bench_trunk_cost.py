@@ -31,10 +31,9 @@ import torch
 from result_files import parse_with_quick, write_results
 
 from models.backbones import build_trunk
-from models.config import ModelConfig
 from models.encoders import frozen_trunk_features
-from models.training import PairData, Trainer
-from models.vse import VSEModel
+from models.training import PairData, Trainer, TrainingData
+from models.training.run import build_training_run, record_in_memory
 from pipeline.config.profiles import PROFILES
 from pipeline.config.variants import VARIANTS
 
@@ -70,16 +69,12 @@ def epoch_seconds(features: np.ndarray, stages: int, n_train: int, settings, see
     )
     trunk = "frozen" if stages == 0 else f"top{stages}"
     run_settings = replace(settings, trunk=trunk, epochs=1, selection="val_loss")
-    torch.manual_seed(seed)
-    config = ModelConfig.from_settings(run_settings, np.zeros((5000, 200)), features.shape[1] if stages == 0 else None)
-    model = VSEModel(config)
-    if stages:
-        model.image_encoder.frozen_batchnorm = True  # the default (train.trunk_batchnorm=frozen)
+    spec = VARIANTS[VARIANT]
+    record = record_in_memory(spec.model, run_settings, np.zeros((5000, 200), dtype=np.float32), feature_dim=features.shape[1] if stages == 0 else None)
+    positions = (np.arange(n_train), np.arange(n_train, n))
     with tempfile.TemporaryDirectory() as work:
-        trainer = Trainer(
-            model, VARIANTS[VARIANT].build_losses(), data, np.arange(n_train), np.arange(n_train, n), run_settings, seed, Path(work),
-            progress=False,
-        )
+        # built as a Train builds its run: a trained trunk part's BatchNorm as the settings say (frozen by default)
+        trainer = build_training_run(record, TrainingData(data, *positions), run_settings, spec.build_losses(), seed=seed, work_dir=Path(work)).trainer
         started = time.process_time()
         wall = trainer.fit().history[0]["train_seconds"]
         # the fit's validation pass is not the epoch: its share is timed apart and taken off

@@ -1,7 +1,7 @@
 """Which validation metric can tell the settings a tuner chooses between apart? (issue 30, item 1)
 
 For a grid of settings x seeds, each run is trained with the pipeline's own Trainer (through
-``Train.build_trainer``: the same model, data, neighbors and schedule as a ``Train``) for a fixed number of
+``pipeline.tasks.train_inputs.training_run``: the same model, data, neighbors and schedule as a ``Train``) for a fixed number of
 epochs without early stopping, and every epoch's validation ranks are kept (per validation pair: how many
 items of other groups score at least as high as its positive, both directions). Then, for each candidate
 metric of ``evaluation.selection_metrics`` (expected n-way R@1, AUC, MRR, median rank, rsum):
@@ -79,6 +79,7 @@ def train_one(job: dict[str, Any]) -> str:
     """Train one run and save every epoch's validation ranks (``<out>/<name>.npz``); skipped when saved."""
     import torch
 
+    from pipeline.tasks.train_inputs import training_run
     from pipeline.tasks.training import Train
 
     out = Path(job["out"]) / f"{job['name']}.npz"
@@ -95,9 +96,9 @@ def train_one(job: dict[str, Any]) -> str:
     )
     epochs: list[dict[str, QueryRanks]] = []
     with tempfile.TemporaryDirectory() as work:
-        trainer, scorer = task.build_trainer(Path(work))
+        run, scorer = training_run(task, Path(work))
         assert scorer is not None, "the study needs a retrieval selection metric in the profile"
-        trainer.progress = False
+        trainer = run.trainer
 
         def capture(image: np.ndarray, text: np.ndarray) -> dict[str, float]:
             epochs.append(scorer.ranks(image, text))

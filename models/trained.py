@@ -57,15 +57,14 @@ def record_for(
     image_size: int,
     max_text_tokens: int,
     tokenizer_version: int,
-    vocabulary_file: Path,
-    vocabulary_name: str,
-    vocabulary_size: int,
+    vocabulary: dict[str, Any],
     frozen_trunk_seed: int | None = None,
     frozen_trunk_weights_loaded: bool | None = None,
     frozen_trunk_weights: dict[str, str] | None = None,
     trunk_training: dict[str, Any] | None = None,
 ) -> ModelRecord:
-    """The record of a model about to be trained with these settings (its normalisation read off its trunk)."""
+    """The record of a model about to be trained with these settings (its normalisation read off its trunk);
+    ``vocabulary``: ``{"file", "size", "sha256"}`` (:func:`vocabulary_entry`)."""
     mean, std = normalisation(encoder.backbone)
     spatial = needs_spatial_features(model)
     cached = {"pretrained": encoder.pretrained, "seed": frozen_trunk_seed, "weights_loaded": frozen_trunk_weights_loaded}
@@ -81,10 +80,15 @@ def record_for(
         std=std,
         max_text_tokens=max_text_tokens,
         tokenizer_version=tokenizer_version,
-        vocabulary={"file": vocabulary_name, "size": vocabulary_size, "sha256": file_sha256(vocabulary_file)},
+        vocabulary=dict(vocabulary),
         frozen_trunk=cached if encoder.trunk_mode.cached_features else None,
         trunk_training=trunk_training,
     )
+
+
+def vocabulary_entry(file: Path, name: str, size: int) -> dict[str, Any]:
+    """What a record says of the vocabulary in ``file``: the name of its copy beside the record, its size and SHA-256."""
+    return {"file": name, "size": size, "sha256": file_sha256(file)}
 
 
 def load_warm_start(model: nn.Module, parent_state: dict[str, torch.Tensor], where: str) -> None:

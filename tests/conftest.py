@@ -10,8 +10,18 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+#: the fixture of the session's smoke FullRun: a test that reads a pipeline run's outputs is in the slow lane
+PIPELINE_RUN_FIXTURE = "smoke_run"
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m "not slow"`` deselects
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``cuda`` run only where a CUDA device is present; elsewhere (CI) they are skipped."""
+    """A test that reads the session's smoke run (directly or through another fixture) is ``slow``: the fast lane
+    (``pytest -m "not slow"``) never starts the run. Tests marked ``cuda`` run only where a CUDA device is present;
+    elsewhere (CI) they are skipped."""
+    for item in items:
+        if PIPELINE_RUN_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
     marked = [item for item in items if item.get_closest_marker("cuda") is not None]
     if not marked:
         return

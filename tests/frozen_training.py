@@ -13,10 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.config import ModelConfig
-from models.registry import build_model
 from models.settings import TrainSettings
-from models.training import PairData, Trainer
+from models.training import PairData, Trainer, TrainingData
+from models.training.run import build_training_run, record_in_memory
 from pipeline.config.variants import VARIANTS
 
 FEATURE_DIM, VOCAB = 12, 20
@@ -53,22 +52,24 @@ def trainer_on_features(
     work_dir: Path,
     pairs: Callable[[bool], PairData],
     n_train: int,
-    **trainer_options: Any,
+    **run_options: Any,
 ) -> Trainer:
-    """A :class:`Trainer` of ``variant`` (its model and losses from the variant table) on ``pairs(spatial)``: the
-    first ``n_train`` pairs train, the rest validate; each train pair's neighbors are the next three. Seeded, so
-    two calls build the same weights; ``trainer_options`` (device, static step, distributed) override."""
+    """A :class:`Trainer` of ``variant`` (its model and losses from the variant table) on ``pairs(spatial)``, built
+    as a Train builds its run: the first ``n_train`` pairs train, the rest validate; each train pair's neighbors
+    are the next three. Seeded, so two calls build the same weights; ``run_options`` (device, static step,
+    distributed) override."""
     spec = VARIANTS[variant]
     model_options = {"dropout": 0.0} if spec.model == "pvse" else {}  # masks differ between the compared layouts
-    torch.manual_seed(0)
-    config = ModelConfig.from_settings(
-        replace(settings, pretrained=False), np.zeros((VOCAB, 8), dtype=np.float32), FEATURE_DIM
+    word_vectors = np.zeros((VOCAB, 8), dtype=np.float32)
+    record = record_in_memory(
+        spec.model, replace(settings, pretrained=False), word_vectors, feature_dim=FEATURE_DIM, model_options=model_options
     )
-    model = build_model(spec.model, config, None, **model_options)
     data = pairs(spec.model == "pvse")
     neighbors = np.stack([(np.arange(n_train) + shift) % n_train for shift in (1, 2, 3)], axis=1)
-    options = {"device": torch.device("cpu"), "progress": False, **trainer_options}
-    return Trainer(
-        model, spec.build_losses(), data, np.arange(n_train), np.arange(n_train, len(data.group_ids)), settings, 0,
-        work_dir, neighbors=neighbors if spec.neighbor_source else None, **options,
+    positions = (np.arange(n_train), np.arange(n_train, len(data.group_ids)))
+    options = {"device": torch.device("cpu"), **run_options}
+    run = build_training_run(
+        record, TrainingData(data, *positions, neighbors=neighbors if spec.neighbor_source else None), settings,
+        spec.build_losses(), seed=0, work_dir=work_dir, **options,
     )
+    return run.trainer

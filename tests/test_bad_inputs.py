@@ -295,6 +295,7 @@ def small_disk(tmp_path):
         yield disk
 
 
+@pytest.mark.slow
 def test_a_cache_larger_than_the_disk_is_a_named_error_on_a_real_full_disk(tmp_path, small_disk):
     """PrepareDataset with its run root on a 64 KiB disk and a 150 KB image cache (50 images at 32 px): one
     line naming the cache, exit 30, nothing half-written left, where a sparse memory map would be killed

@@ -107,6 +107,7 @@ print(" ".join(failed))
 """
 
 
+@pytest.mark.slow
 def test_every_cited_script_starts_as_a_script():
     """``python benchmarks/<name>.py --help`` for every cited script: its imports resolve as a script's do
     (the tests below call ``main`` in this process, where the repository root is importable anyway)."""
@@ -152,6 +153,7 @@ def test_bench_epoch_quick():
     assert result["ratio_vs_baseline"]["ang_np_sym/in_batch"] == 1.0
 
 
+@pytest.mark.slow
 def test_bench_trunk_cost_quick():
     result = script("bench_trunk_cost").main(["--quick"])
     assert [(row["image_size"], row["stages"]) for row in result["rows"]] == [(96, 0), (96, 1)]
@@ -160,6 +162,7 @@ def test_bench_trunk_cost_quick():
     assert all(row["epoch_cpu_seconds"] > 0 and row["cache_cpu_ms_per_image"] > 0 for row in result["rows"])
 
 
+@pytest.mark.slow
 def test_bench_child_start_quick(monkeypatch, tmp_path):
     """A server of its own (this test's key), started from the repository root, where the script's no-op network
     task is importable by its module's name (``benchmarks.bench_child_start``, as its ``__main__`` runs it)."""
@@ -191,6 +194,7 @@ def test_gpu_host_wheels_prunes_a_package_s_tests_and_their_record_lines(tmp_pat
         assert archive.read(record).decode().splitlines() == ["pkg/__init__.py,sha256=a,6", f"{record},,"]
 
 
+@pytest.mark.slow
 def test_bench_gru_quick():
     result = script("bench_gru").main(["--quick"])
     assert result["blocks"] == 1
@@ -222,6 +226,7 @@ def test_bench_losses_quick():
     assert any("pml_ms" in row for row in result["rows"])  # the pytorch-metric-learning side ran too
 
 
+@pytest.mark.slow
 def test_bench_train_throughput_quick():
     result = script("bench_train_throughput").main(["--quick"])
     assert result["image_size"] == 32 and result["batch_size_per_process"] == 8 and result["timed_steps"] == 2
@@ -231,6 +236,7 @@ def test_bench_train_throughput_quick():
     assert result["fast_vs_plain_fp32"] == pytest.approx(rates["fast_loop"] / rates["plain_fp32_loop"])
 
 
+@pytest.mark.slow
 def test_bench_trunk_resolution_quick():
     rows = script("bench_trunk_resolution").main(["--quick"])
     assert [row["image_size"] for row in rows] == [64, 96]
@@ -238,6 +244,7 @@ def test_bench_trunk_resolution_quick():
         assert row["images_per_second"] > 0 and 0 <= row["topic_precision_at_10"] <= 1
 
 
+@pytest.mark.slow
 def test_bench_pq_stages_quick(tmp_path):
     out = tmp_path / "pq.json"
     rows = script("bench_pq_stages").main(["--quick", "--json", str(out)])
@@ -249,6 +256,7 @@ def test_bench_pq_stages_quick(tmp_path):
     assert by_variant["pq 32x4, rerank 24000"]["recall@10"] == 1.0
 
 
+@pytest.mark.slow
 def test_bench_dedup_quick():
     result = script("bench_dedup").main(["--quick"])
     assert [row["n_docs"] for row in result["speed"]] == [1_000, 2_000]  # and no 1M run
@@ -257,6 +265,7 @@ def test_bench_dedup_quick():
         assert row["n_docs"] == 1_000 and 0 <= row["pair_recall_vs_exact"] <= 1
 
 
+@pytest.mark.slow
 def test_bench_search_quick(tmp_path):
     out = tmp_path / "search.json"
     result = script("bench_search").main(["--quick", "--out", str(out)])
@@ -266,6 +275,7 @@ def test_bench_search_quick(tmp_path):
     assert "over 50 queries" in out.with_suffix(".md").read_text()
 
 
+@pytest.mark.slow
 def test_embedded_guessability_quick():
     figures = script("embedded_guessability").main(["--quick"])
     assert figures["n_pairs"] == 400 and figures["n_train"] + figures["n_test"] <= 400
@@ -285,6 +295,7 @@ def test_make_pairs_table_quick(tmp_path):
     assert (truth["image_path"] == table["image_path"]).all()
 
 
+@pytest.mark.slow
 def test_gpu_check_cpu_lane_quick(tmp_path):
     """The GPU check's CPU lane, parts a (equality: the CPU's own floor, static vs plain step) and b (the step
     against a bare ResNet at toy size); c (a smoke FullRun with 4 workers) and d (``pytest -m cuda``, which

@@ -33,6 +33,7 @@ def run_luigi(*args: str, run_root: Path) -> subprocess.CompletedProcess:
         (["--variants", '["ours","ourz"]'], "error: unknown variant 'ourz'; did you mean 'ours'? available: "),
     ],
 )
+@pytest.mark.slow
 def test_a_bad_name_exits_2_with_one_line_before_any_work(tmp_path, args, message):
     result = run_luigi(*args, run_root=tmp_path / "runs")
     assert result.returncode == 2, result.stderr
@@ -73,6 +74,7 @@ def test_network_tasks_take_a_gpu_only_on_a_gpu_host(monkeypatch, tmp_path):
     assert two.resources == {"gpu": 2}, "a data-parallel Train takes a GPU per process"
 
 
+@pytest.mark.slow
 def test_python_m_pipeline_is_the_luigi_command_with_the_same_early_errors(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "pipeline", "FullRun", "--profile", "fast", "--run-root", str(tmp_path / "runs")],

@@ -89,22 +89,10 @@ def finetuned_step(work_dir: Path, distributed: Distributed) -> dict[str, torch.
     """A step of a fine-tuned ResNet-18 with flips: per-rank BatchNorm statistics make it differ from one
     process, but it must run (the trunk's ImageNet head gets no gradient) and leave the ranks in step."""
     from tests.test_training import SETTINGS as PIXEL_SETTINGS
-    from tests.test_training import ours_losses, tiny_data, tiny_model
+    from tests.test_training import tiny_trainer
 
-    table = np.stack([(np.arange(32) + s) % 32 for s in (1, 2, 3)], axis=1)
-    trainer = Trainer(
-        tiny_model(0),
-        ours_losses(),
-        tiny_data(),
-        np.arange(32),
-        np.arange(32, 40),
-        replace(PIXEL_SETTINGS, batch_size=4),
-        0,
-        work_dir / "finetuned",
-        neighbors=table,
-        device=torch.device("cpu"),
-        progress=False,
-        distributed=distributed,
+    trainer = tiny_trainer(
+        work_dir / "finetuned", replace(PIXEL_SETTINGS, batch_size=4), device=torch.device("cpu"), distributed=distributed
     )
     first, second = list(trainer.epoch_plans())[:2]
     step_and_gradients(trainer, first)

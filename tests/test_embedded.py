@@ -168,6 +168,7 @@ def test_texts_outside_a_cluster_stay_below_any_dedup_threshold(built) -> None:
     assert highest < 0.5
 
 
+@pytest.mark.slow
 def test_topic_is_guessed_from_text_better_than_from_motif_better_than_chance(built) -> None:
     figures = topic_guessability(built, seed=0)
     assert figures["n_topics"] == len(TOPICS)

@@ -55,6 +55,7 @@ def test_settings_refuses_a_deep_or_huge_value_in_one_line(fault):
     assert_refused(run_command(main, ["settings", "--profile", "smoke", *fault.args]), fault)
 
 
+@pytest.mark.slow  # a luigi command in a process of its own
 @pytest.mark.parametrize("fault", [COMMAND_LINE_ROWS[0], COMMAND_LINE_ROWS[4]], ids=Fault.id)
 def test_the_luigi_command_refuses_it_before_any_task(fault, tmp_path):
     """The ``luigi`` command parses ``--seeds`` with Luigi's own ``json.loads``: the bounded reader sees it first."""

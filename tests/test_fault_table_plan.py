@@ -65,6 +65,7 @@ def test_a_run_root_that_is_a_file_is_refused_when_planned(tmp_path):
     assert_refused(run_command(main, ["plan", "--profile", "smoke", "--run-root", str(root)]), fault)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", [PLAN_ROWS[0], PLAN_ROWS[15]], ids=Fault.id)
 def test_the_same_value_stops_the_luigi_command_before_any_task(fault, tmp_path):
     assert_the_luigi_command_refuses(fault, tmp_path / "runs")

@@ -278,6 +278,7 @@ def copied_run(reference: Path, tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_every_output_file_gets_the_ordinary_mode_so_other_hosts_can_read_it(reference):
     """Atomic writes rename a temp file into place; ``tempfile.mkstemp`` would make it 0600 and hide the
     outputs from the other users of a run root on shared storage (docs/scaling.md)."""
@@ -344,6 +345,7 @@ def test_kill_9_mid_task_then_rerun_gives_the_undisturbed_outputs(
 
 
 # ------------------------------------------------------------------------- 2. half-written output
+@pytest.mark.slow
 def test_a_half_written_output_is_never_taken_as_complete_and_is_rebuilt_whole(
     copied_run: Path, reference: Path
 ) -> None:
@@ -383,6 +385,7 @@ with output_lock(final):
 """
 
 
+@pytest.mark.slow
 def test_a_task_waits_for_another_process_building_its_output_then_takes_that_output(
     copied_run: Path, reference: Path
 ) -> None:
@@ -484,6 +487,7 @@ DISK_FULL = {
 }
 
 
+@pytest.mark.slow  # the reference run: a FullRun from the command line
 @pytest.mark.parametrize("where", list(DISK_FULL))
 def test_disk_full_names_the_path_and_leaves_no_partial_output(
     where: str, copied_run: Path, reference: Path, monkeypatch: pytest.MonkeyPatch
@@ -512,6 +516,7 @@ def test_disk_full_names_the_path_and_leaves_no_partial_output(
     assert_same_as_reference(copied_run, reference)
 
 
+@pytest.mark.slow
 def test_disk_full_while_training_keeps_the_checkpoints_and_the_rerun_resumes(
     copied_run: Path, reference: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -576,6 +581,7 @@ def small_disk(tmp_path: Path):
         yield disk
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", WRITING_FAMILIES)
 def test_a_full_disk_under_any_task_is_one_error_line_and_the_rerun_equals_the_undisturbed_run(
     family: str, reference: Path, small_disk: Path

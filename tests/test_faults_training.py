@@ -220,6 +220,7 @@ def test_prev_checkpoint_is_copied_where_hard_links_fail(tmp_path, monkeypatch):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_kill_between_the_best_and_the_last_checkpoint_resumes_cleanly(tmp_path):
     """The epoch whose model_best.pt was written but whose checkpoint_last.pt was not is redone exactly:
     the file it rewrites is kept (nothing set aside) and the run ends as an uninterrupted one."""
@@ -279,6 +280,7 @@ _trainer(Path(sys.argv[1]), 3).fit()
 """
 
 
+@pytest.mark.slow
 def test_sigkill_half_way_through_a_checkpoint_write_then_resume_gives_the_uninterrupted_weights(
     tmp_path, straight
 ):

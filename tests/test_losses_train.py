@@ -8,13 +8,11 @@ from pathlib import Path
 import luigi
 import numpy as np
 import pytest
-import torch
 
 from data_recipes.manifest import integer_group_ids
-from models.config import ModelConfig
 from models.losses import LOSSES, build_loss
-from models.registry import build_model
-from models.training import PairData, Trainer, pick_device
+from models.training import PairData, TrainingData, pick_device
+from models.training.run import build_training_run, record_in_memory
 from pipeline import NeighborTables, PrepareDataset, Split, TrainWordVectors
 from pipeline.config.profiles import PROFILES
 from pipeline.steps.text import encode_texts, tokenize
@@ -77,22 +75,12 @@ def test_each_loss_trains_one_smoke_epoch_without_nan(name, embedded, grouped, t
     losses = [loss]
     if loss.needs_neighbors:  # within-modality terms are used beside a cross-modal loss (Eq. 8)
         losses.insert(0, build_loss("pvse_mil" if model_name == "pvse" else "angular"))
-    torch.manual_seed(0)
-    model = build_model(model_name, ModelConfig.from_settings(SETTINGS, vectors), vectors)
-    trainer = Trainer(
-        model,
-        losses,
-        data,
-        positions["train"],
-        positions["val"],
-        SETTINGS,
-        0,
-        Path(tmp_path),
-        neighbors=table if loss.needs_neighbors else None,
-        device=pick_device(),
-        progress=False,
+    record = record_in_memory(model_name, SETTINGS, vectors)
+    training = TrainingData(data, positions["train"], positions["val"], table if loss.needs_neighbors else None)
+    run = build_training_run(
+        record, training, SETTINGS, losses, seed=0, work_dir=Path(tmp_path), word_vectors=vectors, device=pick_device()
     )
-    history = trainer.fit().history
+    history = run.trainer.fit().history
     assert len(history) == 1
     logged = [key for key in history[0] if key.startswith(f"train_{name}.")]
     assert logged, f"{name} logged no sub-loss"

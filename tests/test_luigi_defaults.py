@@ -138,6 +138,7 @@ def test_child_processes_outside_the_repository_get_no_working_folder(tmp_path, 
     assert child_environment({"A": "1"}) == {"A": "1"}
 
 
+@pytest.mark.slow
 def test_a_child_process_in_a_folder_with_a_pipeline_py_still_runs_the_package_s(tmp_path, monkeypatch):
     """What the engine starts (the server of network tasks, ``python -m task_engine.fork_server``; torchrun's
     ``python -m pipeline...``) in a user's folder holding a ``pipeline.py`` and a ``task_engine.py``: without the
@@ -150,6 +151,7 @@ def test_a_child_process_in_a_folder_with_a_pipeline_py_still_runs_the_package_s
     assert result.returncode == 0 and "--preload" in result.stdout, result.stderr
 
 
+@pytest.mark.slow
 def test_python_m_pipeline_in_a_folder_with_a_common_py_uses_the_package_s(tmp_path):
     """The real thing in this environment: a ``common.py`` beside ``python -m pipeline`` that raises on import."""
     (tmp_path / "common.py").write_text("raise RuntimeError('the user s common.py was imported')\n")

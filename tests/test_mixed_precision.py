@@ -49,6 +49,7 @@ def test_autocast_training_steps_match_fp32_within_tolerance(tmp_path, dtype):
     assert low[0] == pytest.approx(fp32[0], rel=0.03)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_a_whole_autocast_fit_validates_and_checkpoints_finite_values(tmp_path, dtype):
     result = trainer_with(tmp_path, dtype).fit()

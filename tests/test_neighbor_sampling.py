@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from models.batching import Batch, BatchSampler
-from models.config import ModelConfig
 from models.losses import build_loss
-from models.training import PairData, Trainer, cross_modal_group_ids
-from models.vse import VSEModel
+from models.settings import TrainSettings
+from models.training import PairData, Trainer, TrainingData, cross_modal_group_ids
+from models.training.run import build_training_run, record_in_memory
 from pipeline.steps import neighbors as neighbor_steps
 from pipeline.steps.neighbors import (
     DUPLICATE_DISTANCE,
@@ -22,7 +22,7 @@ from pipeline.steps.neighbors import (
     same_topic_share,
     sampling_pool,
 )
-from tests.test_training import SETTINGS
+from tests.test_training import SETTINGS, TINY_WORDS
 
 
 def test_angular_distances_in_row_blocks_equal_the_loop_reference(monkeypatch):
@@ -142,76 +142,40 @@ def feature_data(n: int = 40, width: int = 12) -> PairData:
     )
 
 
-def frozen_model(width: int = 12) -> VSEModel:
-    torch.manual_seed(0)
-    config = ModelConfig(
-        backbone="resnet18",
-        pretrained=False,
-        embed_dim=8,
-        word_dim=8,
-        gru_hidden=8,
-        vocab_size=20,
-        trunk="frozen",
-        feature_dim=width,
-    )
-    return VSEModel(config)
+#: the tiny settings on cached features (no flips: a cached feature is not flipped)
+FROZEN = replace(SETTINGS, trunk="frozen", horizontal_flip=False)
+
+
+def frozen_trainer(work_dir, settings: TrainSettings = FROZEN, data: PairData | None = None) -> Trainer:
+    """The angular loss on 12-wide cached features (:func:`feature_data`), built as a Train builds its run from the
+    record of a frozen-trunk model (32 train pairs, 8 validation pairs)."""
+    record = record_in_memory("vse", FROZEN, TINY_WORDS, feature_dim=12)
+    pairs = TrainingData(feature_data() if data is None else data, np.arange(32), np.arange(32, 40))
+    return build_training_run(record, pairs, settings, [build_loss("angular")], seed=0, work_dir=work_dir).trainer
 
 
 def test_frozen_trunk_model_holds_no_trunk_and_trains_on_cached_features(tmp_path):
-    model = frozen_model()
+    trainer = frozen_trainer(tmp_path)
+    model = trainer.model
     assert model.image_encoder.trunk is None
     assert not any(name.startswith("image_encoder.trunk") for name in model.state_dict())
-    settings = replace(SETTINGS, trunk="frozen", horizontal_flip=False)
-    data = feature_data()
     before = model.image_encoder.project.weight.detach().clone()
-    trainer = Trainer(
-        model, [build_loss("angular")], data, np.arange(32), np.arange(32, 40), settings, 0, tmp_path
-    )
     result = trainer.fit()
     assert len(result.history) == 2
     assert not torch.equal(before, model.image_encoder.project.weight)
 
 
 def test_frozen_trunk_refuses_flips_and_missing_features(tmp_path):
-    model = frozen_model()
     with pytest.raises(ValueError, match="horizontal_flip"):
-        Trainer(
-            model,
-            [build_loss("angular")],
-            feature_data(),
-            np.arange(32),
-            np.arange(32, 40),
-            replace(SETTINGS, trunk="frozen"),
-            0,
-            tmp_path,
-        )
+        frozen_trainer(tmp_path, replace(SETTINGS, trunk="frozen"))
     no_features = replace(feature_data(), image_features=None)
     with pytest.raises(ValueError, match="cached trunk features"):
-        Trainer(
-            model,
-            [build_loss("angular")],
-            no_features,
-            np.arange(32),
-            np.arange(32, 40),
-            replace(SETTINGS, trunk="frozen", horizontal_flip=False),
-            0,
-            tmp_path,
-        )
+        frozen_trainer(tmp_path, data=no_features)
 
 
 def test_early_stopping_ends_training_after_patience_epochs_without_improvement(tmp_path):
-    settings = replace(SETTINGS, trunk="frozen", horizontal_flip=False, epochs=30, early_stopping_patience=2)
+    settings = replace(FROZEN, epochs=30, early_stopping_patience=2)
     # lr 0: the validation loss never improves after epoch 1 (a rate no run accepts, so set past the settings' check)
     object.__setattr__(settings, "learning_rate", 0.0)
-    trainer = Trainer(
-        frozen_model(),
-        [build_loss("angular")],
-        feature_data(),
-        np.arange(32),
-        np.arange(32, 40),
-        settings,
-        0,
-        tmp_path,
-    )
-    result = trainer.fit()
+    result = frozen_trainer(tmp_path, settings).fit()
     assert result.best_epoch == 1 and len(result.history) == 3 and result.stopped_early_at == 3

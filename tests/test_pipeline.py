@@ -127,7 +127,8 @@ def test_changing_a_loss_weight_reruns_only_that_variant(smoke_run):
 
 def test_finetuned_trunk_trains_end_to_end_on_pixels(smoke_run):
     """The paper's mode (one flag away from the CPU profiles' frozen trunk): the trunk is part of the model,
-    trains on flipped pixels and no cached features are read."""
+    trains on flipped pixels and no cached features are read; it starts from its frozen-trunk parent (a warm start,
+    the default), which trained on the cached features without flips."""
     _, _, _, root = smoke_run
     finetune = {"trunk": "finetune", "backbone": "resnet18", "pretrained": False, "horizontal_flip": True}
     task = FullRun(
@@ -140,9 +141,11 @@ def test_finetuned_trunk_trains_end_to_end_on_pixels(smoke_run):
     )
     result, ran = build([task])
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS, result.summary_text
-    (train,) = [t for t in ran.ran if isinstance(t, Train)]
+    (train,) = [t for t in ran.ran if isinstance(t, Train) and t.train_settings().trunk == "finetune"]
     assert "features" not in train.requires()
     assert train.meta()["summary"]["trunk"] == "finetune"
+    parent = train.requires()["parent"]
+    assert parent in ran.ran and parent.train_settings().trunk == "frozen" and not parent.train_settings().horizontal_flip
     state = torch.load(train.output_dir() / "model_best.pt", weights_only=False)["model"]
     assert any(name.startswith("image_encoder.trunk.net.layer4") for name in state)
 

@@ -12,6 +12,9 @@ import pytest
 
 from tests.luigi_runs import copied_root
 
+#: each test runs 14 tasks of a FullRun from the command line
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 LUIGI = str(Path(sys.executable).with_name("luigi"))
 #: a small shared-protocol run whose four trainings (two variants x two seeds) are new in the smoke run root

@@ -43,6 +43,7 @@ def linked_plan(report) -> dict:
     return json.loads((Path(report.run_root) / link["file"]).read_text())["summary"]
 
 
+@pytest.mark.slow
 def test_set_changes_move_only_the_outputs_of_the_tasks_that_use_them(smoke_run, tmp_path):
     root = copied_root(smoke_run, tmp_path)
     before = folders(root)
@@ -65,6 +66,7 @@ def test_set_changes_move_only_the_outputs_of_the_tasks_that_use_them(smoke_run,
     assert "neighbors.k=10" in run.report().output_path("markdown").read_text()
 
 
+@pytest.mark.slow
 def test_a_code_change_recomputes_its_task_and_everything_downstream_and_nothing_upstream(
     smoke_run, tmp_path, monkeypatch, capsys
 ):
@@ -101,6 +103,7 @@ def test_a_code_change_recomputes_its_task_and_everything_downstream_and_nothing
     assert all(p.status == DONE for p in task_plan(FullRun(run_root=str(root), **SMALL_GRID).requires()))
 
 
+@pytest.mark.slow
 def test_keep_stale_takes_older_outputs_and_the_report_names_them(smoke_run, tmp_path, monkeypatch):
     root = copied_root(smoke_run, tmp_path)
     bumped = copy.deepcopy(code_versions.recorded())
@@ -123,6 +126,7 @@ def test_keep_stale_takes_older_outputs_and_the_report_names_them(smoke_run, tmp
     assert again["Evaluate"].status == STALE and f"Train {TRAIN} -> {TRAIN + 1}" in again["Evaluate"].reason
 
 
+@pytest.mark.slow
 def test_a_setting_only_the_tuned_runs_evaluations_use_gives_them_their_own_outputs(smoke_run, tmp_path):
     """TunedRuns' Evaluates are chosen while it runs, so its hash holds what they hash besides the chosen Trains
     (their settings and other inputs): two runs that differ only in an evaluation setting get a TunedRuns output
@@ -149,6 +153,7 @@ def test_a_setting_only_the_tuned_runs_evaluations_use_gives_them_their_own_outp
         assert all(p.status == DONE for p in task_plan(run.requires())), "both runs' plans: every task done"
 
 
+@pytest.mark.slow
 def test_a_sweep_writes_each_value_s_report_and_the_sweep_table_and_figure(smoke_run, tmp_path):
     root = copied_root(smoke_run, tmp_path)
     run = FullRun(
@@ -184,6 +189,7 @@ def run_command(*args: str) -> subprocess.CompletedProcess:
         ("neighbors.k=many", "error: --set neighbors.k: 'many' is not an integer"),
     ],
 )
+@pytest.mark.slow
 def test_a_wrong_set_exits_2_with_one_line_before_any_work(tmp_path, change, expected):
     done = run_command("-m", "luigi", "--module", "pipeline", "FullRun", "--profile", "smoke", "--run-root", str(tmp_path), "--set", change)
     assert done.returncode == 2
@@ -191,6 +197,7 @@ def test_a_wrong_set_exits_2_with_one_line_before_any_work(tmp_path, change, exp
     assert list(tmp_path.iterdir()) == [], "nothing was written"
 
 
+@pytest.mark.slow
 def test_any_task_run_from_the_command_line_refuses_a_wrong_set_in_one_line(tmp_path):
     done = run_command(
         "-m", "luigi", "--module", "pipeline", "WithinModalityTradeoff", "--profile", "smoke", "--run-root", str(tmp_path),
@@ -200,6 +207,7 @@ def test_any_task_run_from_the_command_line_refuses_a_wrong_set_in_one_line(tmp_
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_plan_prints_the_resolved_plan_and_each_task_s_status_without_running(smoke_run, tmp_path):
     root = copied_root(smoke_run, tmp_path)
     before = metas(root)

@@ -19,9 +19,9 @@ from evaluation.selection_metrics import (
     other_group_ranks,
     ranking_metrics,
 )
-from models.training import BEST_CHECKPOINT, Trainer, TrainResult
+from models.training import BEST_CHECKPOINT, TrainResult
 from pipeline.steps.selection import ValidationScorer, load_ranks, sample_whole_groups, save_ranks
-from tests.test_training import SETTINGS, ours_losses, tiny_data, tiny_model, tiny_trainer
+from tests.test_training import SETTINGS, ours_losses, tiny_trainer
 
 
 def rows(selection: str, values: list[float]) -> TrainResult:
@@ -151,16 +151,7 @@ def test_the_trainer_keeps_the_epoch_of_the_best_rsum_and_stops_after_patience_e
 
 def test_selecting_by_rsum_without_a_scorer_is_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="selection 'val_rsum' needs validation_score"):
-        Trainer(
-            tiny_model(0),
-            ours_losses()[:1],
-            tiny_data(),
-            np.arange(32),
-            np.arange(32, 40),
-            replace(SETTINGS, selection="val_rsum"),
-            0,
-            tmp_path,
-        )
+        tiny_trainer(tmp_path, replace(SETTINGS, selection="val_rsum"), ours_losses()[:1])
 
 
 def test_a_validation_split_too_small_for_the_n_way_draw_is_refused_before_training_and_recorded_as_nan():

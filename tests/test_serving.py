@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from models.training import Trainer
+from models.training import Trainer, TrainingData
 from pipeline import Evaluate, Train
 from pipeline.tasks.train_inputs import load_pair_data, load_trained_model
 from serving.bundle import BundleError, load_bundle
@@ -122,19 +122,17 @@ def test_training_validation_and_serving_embed_the_same_pairs_into_the_same_vect
     data, manifest = load_pair_data(inputs, train.train_settings().max_text_tokens)
     model, _ = load_trained_model({**inputs, "train": train})
     split = manifest["split"].to_numpy()
-    trainer = Trainer(
-        model,
-        train.variant_spec().build_losses(),
+    train_positions = np.flatnonzero(split == "train")
+    training = TrainingData(
         data,
-        np.flatnonzero(split == "train"),
+        train_positions,
         np.flatnonzero(split == "val"),
-        replace(train.train_settings(), selection="val_rsum"),
-        0,
-        tmp_path,
-        neighbors=inputs["neighbors"].sampling_pool(np.flatnonzero(split == "train"), 5),
-        progress=False,
+        inputs["neighbors"].sampling_pool(train_positions, 5),
         validation_score=lambda image, text: {"val_rsum": 0.0},
     )
+    settings = replace(train.train_settings(), selection="val_rsum")
+    # a Trainer around the trained model itself (not a run from its record's first weights)
+    trainer = Trainer(model, train.variant_spec().build_losses(), training, settings, seed=0, work_dir=tmp_path, progress=False)
     validated, _ = trainer.validate()
     val = manifest.iloc[trainer.val_positions]
     embedder = Embedder(load_bundle(pipeline_index.output_path("bundle")))

@@ -138,6 +138,7 @@ def test_spawned_network_tasks_write_what_the_worker_wrote(smoke_run, tmp_path, 
                 assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "the same trained weights"
 
 
+@pytest.mark.slow
 def test_a_spawned_task_that_fails_fails_its_worker_with_the_child_s_line(smoke_run, tmp_path, spawn_mode):
     from pipeline import TrunkFeatures
 

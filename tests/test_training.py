@@ -13,14 +13,18 @@ from models.config import ModelConfig
 from models.inference import embed_pairs
 from models.losses import build_loss
 from models.settings import TrainSettings
-from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer
+from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT, PairData, Trainer, TrainingData
+from models.training.run import build_training_run, record_in_memory
 from models.vse import VSEModel
 
-#: a ResNet-18 from random weights on 16-pixel images, 8-d embeddings: trains end to end in seconds
+#: a ResNet-18 from random weights on 16-pixel images, 8-d embeddings: trains end to end in seconds; its
+#: BatchNorm on batch statistics (the paper's), as a trunk trained from scratch without a warm start
 SETTINGS = TrainSettings(
     backbone="resnet18", pretrained=False, image_size=16, embed_dim=8, gru_hidden=8, max_text_tokens=6,
-    batch_size=8, epochs=2, learning_rate=1e-3, lr_patience=1,
+    batch_size=8, epochs=2, learning_rate=1e-3, lr_patience=1, trunk_batchnorm="batch",
 )
+#: the tiny model's 20 words of 8 dimensions
+TINY_WORDS = np.zeros((20, 8), dtype=np.float32)
 
 
 def tiny_data(n: int = 40) -> PairData:
@@ -50,21 +54,13 @@ def ours_losses():
 TINY_NEIGHBORS = np.stack([(np.arange(32) + s) % 32 for s in (1, 2, 3)], axis=1)
 
 
-def tiny_trainer(work_dir, settings=SETTINGS, losses=None, **options) -> Trainer:
-    """Ours on the tiny data: 32 train pairs with neighbors, 8 validation pairs."""
-    return Trainer(
-        tiny_model(0),
-        losses or ours_losses(),
-        tiny_data(),
-        np.arange(32),
-        np.arange(32, 40),
-        settings,
-        0,
-        work_dir,
-        neighbors=TINY_NEIGHBORS,
-        progress=False,
-        **options,
-    )
+def tiny_trainer(work_dir, settings=SETTINGS, losses=None, *, seed=0, validation_score=None, **options) -> Trainer:
+    """Ours on the tiny data, built as a Train builds its run: 32 train pairs with neighbors, 8 validation pairs."""
+    data = TrainingData(tiny_data(), np.arange(32), np.arange(32, 40), TINY_NEIGHBORS, validation_score)
+    record = record_in_memory("vse", settings, TINY_WORDS)
+    options = {"progress": False, **options}
+    run = build_training_run(record, data, settings, losses or ours_losses(), seed=seed, work_dir=work_dir, **options)
+    return run.trainer
 
 
 def test_in_batch_sampler_pairs_each_anchor_with_a_table_neighbor():
@@ -100,27 +96,13 @@ def test_sampler_guards():
 
 
 def test_trainer_refuses_neighbor_losses_without_a_table(tmp_path):
+    data = TrainingData(tiny_data(), np.arange(32), np.arange(32, 40))
     with pytest.raises(ValueError, match="neighbor_source"):
-        Trainer(
-            tiny_model(), ours_losses(), tiny_data(), np.arange(32), np.arange(32, 40), SETTINGS, 0, tmp_path
-        )
+        Trainer(tiny_model(), ours_losses(), data, SETTINGS, seed=0, work_dir=tmp_path)
 
 
 def _fit(work_dir, settings, seed=0):
-    data = tiny_data()
-    table = np.stack([(np.arange(32) + s) % 32 for s in (1, 2, 3)], axis=1)
-    trainer = Trainer(
-        tiny_model(seed),
-        ours_losses(),
-        data,
-        np.arange(32),
-        np.arange(32, 40),
-        settings,
-        seed,
-        work_dir,
-        neighbors=table,
-        progress=False,
-    )
+    trainer = tiny_trainer(work_dir, settings, seed=seed)
     return trainer, trainer.fit()
 
 

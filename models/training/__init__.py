@@ -7,13 +7,15 @@
 - ``validation``: the validation score after each epoch;
 - ``checkpoint``: atomic checkpoints, verified resume;
 - ``history``: the epoch rows, ``history.csv``, early stopping;
-- ``loop``: the :class:`Trainer` that composes them.
+- ``loop``: the :class:`Trainer` that composes them;
+- ``run``: one run assembled (record, data, settings, losses -> a ready Trainer) and finished (the record sealed,
+  the summary), for the pipeline's Train, the benchmarks and the tests alike.
 
 Embedding pairs outside a training step is :mod:`models.inference`.
 """
 
 from models.training.checkpoint import BEST_CHECKPOINT, CHECKPOINT_KEYS, LAST_CHECKPOINT, PREV_CHECKPOINT
-from models.training.data import PairData, StepPlan
+from models.training.data import PairData, StepPlan, TrainingData
 from models.training.history import HISTORY_FILE, TrainResult
 from models.training.loop import Trainer
 from models.training.loss_inputs import batch_loss_inputs, compute_losses, cross_modal_group_ids, loss_inputs
@@ -28,6 +30,7 @@ __all__ = [
     "PairData",
     "StepPlan",
     "TrainResult",
+    "TrainingData",
     "Trainer",
     "batch_loss_inputs",
     "compute_losses",

@@ -25,12 +25,14 @@ from common.files import atomic_path
 from models.batching import BatchSampler
 from models.distributed import Distributed, broadcast_from_main
 from models.trained import read_model_checkpoint
-from models.training.history import TrainResult
+from models.training.history import HISTORY_FILE, TrainResult
 
 LAST_CHECKPOINT = "checkpoint_last.pt"
 #: the checkpoint before the last one: what resume falls back to when the last one is unusable
 PREV_CHECKPOINT = "checkpoint_prev.pt"
 BEST_CHECKPOINT = "model_best.pt"
+#: in a continued run's folder: the folder of the shorter run it continued
+CONTINUED_FROM = "continued_from.txt"
 #: what a resumable checkpoint must hold
 CHECKPOINT_KEYS = frozenset(
     "epoch model optimizer scheduler sampler flip_generator torch_rng numpy_rng python_rng history "
@@ -274,3 +276,23 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) -> None:
             step = optimizer.state.get(param, {}).get("step")
             if isinstance(step, Tensor) and step.device != param.device:
                 optimizer.state[param]["step"] = step.to(param.device, torch.float32)
+
+
+def continue_run(source: Path, work_dir: Path) -> None:
+    """Copy a shorter run's checkpoints and history from ``source`` into ``work_dir``, so a run of the same model
+    with a larger epoch cap resumes where it stopped. ``checkpoint_last.pt`` is copied last: it is what resume
+    starts from, so a kill during the copy leaves no last checkpoint and the rerun copies again. A marker keeps
+    the source for a resumed rerun (:func:`continued_from`)."""
+    source, work_dir = Path(source), Path(work_dir)
+    with atomic_path(work_dir / CONTINUED_FROM) as tmp:
+        tmp.write_text(str(source))
+    for name in (PREV_CHECKPOINT, BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT):
+        if (source / name).exists():
+            with atomic_path(work_dir / name) as tmp:
+                tmp.write_bytes((source / name).read_bytes())
+
+
+def continued_from(work_dir: Path) -> str | None:
+    """The folder whose run ``work_dir``'s run continued (:func:`continue_run`), or None."""
+    marker = Path(work_dir) / CONTINUED_FROM
+    return marker.read_text() if marker.exists() else None

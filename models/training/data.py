@@ -4,6 +4,7 @@ into host batches, and the plan of one training step — the rows this process t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -14,6 +15,9 @@ from models.batching import Batch
 from models.distributed import Distributed, can_shard, merge_shards, shard_batch
 from models.encoders import resize_batch
 from models.loader import HostBatch
+
+#: the embeddings (image, text) of the validation positions, in their order -> named scores
+ValidationScore = Callable[[np.ndarray, np.ndarray], dict[str, float]]
 
 
 @dataclass
@@ -74,6 +78,19 @@ class PairData:
     def host_batch(self, positions: np.ndarray, size: int, width: int | None = None) -> HostBatch:
         """Images (pixels or cached features), tokens and lengths of ``positions``, on the host."""
         return HostBatch(self.image_batch(positions, size), *self.text_batch(positions, width))
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What one run trains and validates on: the pairs, the positions of its train and its validation pairs, each
+    train pair's pool of semantic neighbors (row ``i``: positions into ``train_positions``; None for losses that
+    sample none) and the function that scores the validation embeddings (None: selection by the validation loss)."""
+
+    pairs: PairData
+    train_positions: np.ndarray
+    val_positions: np.ndarray
+    neighbors: np.ndarray | None = None
+    validation_score: ValidationScore | None = None
 
 
 @dataclass

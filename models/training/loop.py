@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
@@ -21,12 +20,12 @@ from models.losses.checks import value_checks
 from models.settings import TrainSettings
 from models.trained import read_model_checkpoint
 from models.training.checkpoint import BEST_CHECKPOINT, Checkpoints, TrainingState, non_finite
-from models.training.data import PairData, StepPlan, plan_step
+from models.training.data import PairData, StepPlan, TrainingData, plan_step
 from models.training.history import TensorBoardLog, TrainResult, write_history
 from models.training.setup import build_setup
 from models.training.static_step import static_step_for
 from models.training.step import LogReading, StepLog, StepLosses, train_step
-from models.training.validation import ValidationPass, ValidationScore, validation_order, validation_pass
+from models.training.validation import ValidationPass, validation_order, validation_pass
 
 
 def cached_views_of(settings: TrainSettings, data: PairData) -> CachedViews | None:
@@ -40,23 +39,21 @@ def cached_views_of(settings: TrainSettings, data: PairData) -> CachedViews | No
 
 class Trainer:
     """Trains ``model`` with ``losses`` on ``data``'s train positions, validating on its val positions after
-    every epoch, into ``work_dir`` (checkpoints, ``history.csv``); :meth:`fit` runs (or resumes) it."""
+    every epoch, into ``work_dir`` (checkpoints, ``history.csv``); :meth:`fit` runs (or resumes) it. A run is
+    assembled by :func:`models.training.run.build_training_run` (the model from its record, the warm start)."""
 
     def __init__(
         self,
         model: nn.Module,
         losses: Sequence[Loss],
-        data: PairData,
-        train_positions: np.ndarray,
-        val_positions: np.ndarray,
+        data: TrainingData,
         settings: TrainSettings,
+        *,
         seed: int,
         work_dir: Path,
-        neighbors: np.ndarray | None = None,
         device: torch.device | None = None,
         progress: bool | None = None,
         distributed: Distributed = SINGLE_PROCESS,
-        validation_score: ValidationScore | None = None,
         static_step: bool = False,
         starting_weights_compete: bool = False,
     ) -> None:
@@ -65,27 +62,27 @@ class Trainer:
         ``starting_weights_compete``: the model as given is validated before the first epoch and competes for the
         best checkpoint as epoch 0 (a warm start: its parent's model), so a run that learns nothing on validation
         keeps what it started from."""
-        if settings.selection_metric.ranks_pairs and validation_score is None:
+        if settings.selection_metric.ranks_pairs and data.validation_score is None:
             raise ValueError(
                 f"selection {settings.selection!r} needs validation_score, the function that scores the "
                 "validation embeddings (pipeline.tasks.training builds it from evaluation.protocol), or set "
                 "selection='val_loss'"
             )
-        self.validation_score = validation_score
+        self.validation_score = data.validation_score
         self.setup = build_setup(
-            model, losses, data, train_positions, settings, seed, neighbors, device, distributed
+            model, losses, data.pairs, data.train_positions, settings, seed, data.neighbors, device, distributed
         )
-        self.data = data
+        self.data = data.pairs
         self.settings = settings
         self.seed = seed
         self.work_dir = Path(work_dir)
         self.progress = progress
         self.distributed = distributed
-        self.val_positions = validation_order(val_positions, data.group_ids)
+        self.val_positions = validation_order(data.val_positions, data.pairs.group_ids)
         self.starting_weights_compete = starting_weights_compete
         #: the cached views of each image and the pairs a training epoch reads (a view drawn per image)
-        self.views = cached_views_of(settings, data)
-        self.epoch_data = data
+        self.views = cached_views_of(settings, data.pairs)
+        self.epoch_data = data.pairs
         #: the fixed-shape (CUDA-graph) step, or None: the plain step
         self.static_step = static_step_for(self.setup, settings, distributed, force=static_step)
         #: whether this run's losses have checked their inputs' values yet (on the first step only)

@@ -6,7 +6,6 @@ the plateau LR decay follows, §3.3) and, from the same embeddings, the retrieva
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,9 +17,6 @@ from models.inference import chunks, forward_batches
 from models.training.data import PairData
 from models.training.loss_inputs import compute_losses, loss_inputs
 from models.training.setup import TrainingSetup
-
-#: the embeddings (image, text) of the validation positions, in their order -> named scores
-ValidationScore = Callable[[np.ndarray, np.ndarray], dict[str, float]]
 
 
 def validation_order(val_positions: np.ndarray, group_ids: np.ndarray) -> np.ndarray:

@@ -1,21 +1,25 @@
 """What a ``Train`` (and the tasks that embed its pairs: Evaluate, Cocos, SearchIndex) reads and builds its run
-from: the pairs and their tokens, the tasks they come from, the model record, the warm start's parent, and the
-epoch cap and rate a run trains with. Plain functions over the required tasks; the Train task keeps Luigi's
-identity and the dispatch (``pipeline/tasks/training.py``)."""
+from: the pairs and their tokens, the tasks they come from, the model record, the warm start's parent, the epoch
+cap a run trains to, and the run itself (:func:`training_run`: those inputs handed to the one factory of a training
+run, ``models.training.run``). Plain functions over the required tasks; the Train task keeps Luigi's identity and
+the dispatch (``pipeline/tasks/training.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from torch import nn
 
 from common.hashing import file_sha256
 from common.tokenizer import TOKENIZER_VERSION
-from data_recipes.manifest import integer_group_ids
+from data_recipes.manifest import image_ids, integer_group_ids
 from models.config import ModelConfig
+from models.devices import pick_device
+from models.distributed import SINGLE_PROCESS, Distributed
 from models.record_check import ModelRecordError
 from models.record_settings import settings_disagreement, trunk_training_record
 from models.registry import needs_spatial_features
@@ -23,12 +27,15 @@ from models.settings import TrainSettings
 from models.trained import (
     ModelRecord,
     load_trained,
-    load_warm_start,
     read_record,
     record_for,
+    vocabulary_entry,
 )
-from models.training import PairData
+from models.training import PairData, TrainingData
+from models.training.run import TrainingRun, WarmStart, build_training_run
+from models.training.validation import validation_order
 from pipeline.config.variant_spec import merge_overrides
+from pipeline.steps.selection import ValidationScorer
 from pipeline.steps.text import encode_texts, tokenize
 from pipeline.tasks.base import PipelineTask
 from pipeline.tasks.data import PrepareDataset, Split
@@ -85,9 +92,7 @@ def model_record(task: PipelineTask, inputs: Mapping[str, HashedTask], data: Pai
         image_size=t.image_size,
         max_text_tokens=t.max_text_tokens,
         tokenizer_version=TOKENIZER_VERSION,
-        vocabulary_file=vocab_file,
-        vocabulary_name=VOCABULARY_FILE,
-        vocabulary_size=len(vocab) + 2,
+        vocabulary=vocabulary_entry(vocab_file, VOCABULARY_FILE, len(vocab) + 2),
         frozen_trunk_seed=task.run_plan.data_seed if t.trunk_mode.cached_features else None,
         frozen_trunk_weights_loaded=(
             bool(inputs["features"].meta()["summary"]["imagenet_weights_loaded"]) if "features" in inputs else None
@@ -130,33 +135,63 @@ def load_trained_model(inputs: Mapping[str, HashedTask]) -> tuple[nn.Module, int
     return load_trained(record, train.output_path("checkpoint"), task_device())
 
 
-def warm_start(model: nn.Module, parent: HashedTask, record: ModelRecord) -> None:
-    """Load the best checkpoint of ``parent`` (a frozen-trunk run of the same variant) into ``model``: every
-    weight but the trunk part's, which keeps its ImageNet start. The parent's record must build the same model
-    with the same sizes but for the trunk, and its checkpoint must be the one it was sealed with."""
-    parent_record = read_record(parent.output_path("model"), parent.meta()["summary"].get("model_record"))
-    differs = [
-        name
-        for name in ("model", "model_options", "image_size", "mean", "std", "max_text_tokens", "vocabulary")
-        if getattr(parent_record, name) != getattr(record, name)
-    ]
-    differs += [
-        f"encoder.{name}"
-        for name in ("backbone", "pretrained", "embed_dim", "word_dim", "gru_hidden", "vocab_size")
-        if getattr(parent_record.encoder, name) != getattr(record.encoder, name)
-    ]
-    if differs:
-        raise RuntimeError(f"warm start: the parent run {parent.output_dir()} differs in {', '.join(differs)}")
-    parent_model, _ = load_trained(parent_record, parent.output_path("checkpoint"))
-    load_warm_start(model, parent_model.state_dict(), str(parent.output_dir()))
+def warm_start_of(parent: HashedTask) -> WarmStart:
+    """What a warm-started run starts from: the best model of ``parent`` (a frozen-trunk run of the same variant),
+    its record read and checked against the copy its metadata keeps."""
+    record = read_record(parent.output_path("model"), parent.meta()["summary"].get("model_record"))
+    return WarmStart(record, parent.output_path("checkpoint"), str(parent.output_dir()))
 
 
-def imagenet_weights_loaded(model: nn.Module, features: HashedTask | None) -> bool:
-    """Whether the image trunk started from ImageNet weights: the cached features' record when frozen."""
-    if features is not None:
-        return bool(features.meta()["summary"]["imagenet_weights_loaded"])
-    encoder = model.image_encoder
-    return bool(getattr(getattr(encoder, "cnn", encoder), "pretrained_loaded", False))
+def training_data(task: PipelineTask, inputs: Mapping[str, HashedTask]) -> tuple[TrainingData, ValidationScorer | None]:
+    """What a Train trains and validates on, from the tasks it requires: its split's train and validation pairs,
+    the train pairs' neighbor pools (for a variant that samples neighbors) and, when it selects by a retrieval
+    metric, the scorer of its validation split (also returned: it describes itself and ranks pairs)."""
+    t = task.train_settings()
+    pairs, manifest = load_pair_data(inputs, t.max_text_tokens)
+    split = manifest["split"].to_numpy()
+    train_positions, val_positions = np.flatnonzero(split == "train"), np.flatnonzero(split == "val")
+    neighbors = (
+        inputs["neighbors"].sampling_pool(train_positions, task.settings.neighbors.sample_k) if "neighbors" in inputs else None
+    )
+    scorer = None
+    if t.selection_metric.ranks_pairs:
+        val_order = validation_order(val_positions, pairs.group_ids)
+        scorer = ValidationScorer(
+            pairs.group_ids[val_order],
+            image_ids(manifest)[val_order],
+            manifest["text"].to_numpy()[val_order],
+            t.selection_max_pairs,
+            t.selection_n_way,
+        )
+        scorer.check(t.selection)
+    return TrainingData(pairs, train_positions, val_positions, neighbors, scorer), scorer
+
+
+def training_run(
+    task: PipelineTask, work_dir: Path, distributed: Distributed = SINGLE_PROCESS
+) -> tuple[TrainingRun, ValidationScorer | None]:
+    """The run of a Train (its model record, data, neighbors, losses, warm start) ready to fit, and the scorer of
+    its validation split (None when it selects by the validation loss); nothing trained yet."""
+    inputs = task.requires()
+    data, scorer = training_data(task, inputs)
+    _, word_vectors = inputs["words"].vocabulary()
+    run = build_training_run(
+        model_record(task, inputs, data.pairs),
+        data,
+        task.train_settings(),
+        task.variant_spec().build_losses(),
+        seed=task.seed,
+        work_dir=work_dir,
+        word_vectors=word_vectors,
+        warm_start=warm_start_of(inputs["parent"]) if "parent" in inputs else None,
+        # a data-parallel process takes the GPU of its local rank; one process, this task's device
+        device=pick_device() if distributed.active else task_device(),
+        distributed=distributed,
+        # no bar per epoch: two workers' bars would interleave on one terminal; FullRun's display shows each
+        # running training's epoch and validation score (pipeline.run.progress)
+        progress=False,
+    )
+    return run, scorer
 
 
 def without_train_setting(overrides: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -177,16 +212,3 @@ def epoch_cap_setting(settings: TrainSettings) -> str:
     """The setting that caps a run's epochs: ``trunk_epochs`` for a warm-started run (its parent trained
     ``epochs``), ``epochs`` otherwise."""
     return "trunk_epochs" if settings.warm_started else "epochs"
-
-
-def run_settings_of(settings: TrainSettings) -> TrainSettings:
-    """The settings the trainer runs with: a warm-started run trains ``trunk_epochs`` at its lower rate."""
-    if not settings.warm_started:
-        return settings
-    return replace(
-        settings,
-        epochs=settings.trunk_epochs,
-        learning_rate=settings.learning_rate * settings.warm_start_learning_rate_scale,
-    )
-
-

@@ -1,4 +1,6 @@
-"""Cross-modal training of one method variant with one seed (paper §3.2–3.3)."""
+"""Cross-modal training of one method variant with one seed (paper §3.2–3.3): the ``Train`` task's identity (its
+parameters, a warm start's parent, epoch caps) and its dispatch (here or under torchrun, continuing a shorter run);
+the run itself is built and finished by ``models.training.run`` from ``pipeline.tasks.train_inputs.training_run``."""
 
 from __future__ import annotations
 
@@ -7,49 +9,30 @@ from pathlib import Path
 from typing import Any
 
 import luigi
-import numpy as np
-import torch
 from luigi.freezing import recursively_unfreeze
 
 from common.files import atomic_path
 from common.settings import significant
-from data_recipes.manifest import image_ids
 from models.distributed import SINGLE_PROCESS, Distributed, init_from_environment, launched_by_torchrun
-from models.trained import (
-    RECORD_FILE,
-    build_from_record,
-    with_starting_weights,
-    write_record,
-)
-from models.training import (
-    BEST_CHECKPOINT,
-    HISTORY_FILE,
-    LAST_CHECKPOINT,
-    PREV_CHECKPOINT,
-    Trainer,
-    pick_device,
-)
-from models.training.validation import validation_order
+from models.trained import RECORD_FILE
+from models.training import BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT
+from models.training.checkpoint import continue_run, continued_from
+from models.training.run import finish_training_run
 from pipeline.config.checks import RunConfigurationError
 from pipeline.config.variant_spec import merge_overrides
-from pipeline.steps.selection import ValidationScorer, save_ranks
+from pipeline.steps.selection import save_ranks
 from pipeline.tasks.base import IdentityIntParameter, PipelineTask, VariantChoice
 from pipeline.tasks.data import check_split_fits
 from pipeline.tasks.representations import NeighborTables
 from pipeline.tasks.train_inputs import (
     VOCABULARY_FILE,
     epoch_cap_setting,
-    imagenet_weights_loaded,
-    load_pair_data,
-    model_record,
     pair_inputs,
-    run_settings_of,
+    training_run,
     trunk_inputs,
-    warm_start,
     with_epoch_cap,
     without_train_setting,
 )
-from task_engine.gpus import task_device
 from task_engine.task import HashedTask
 from task_engine.torchrun import TorchrunJob, run_with_torchrun
 
@@ -65,10 +48,6 @@ class VariantParams(VariantChoice):
         if self.seed < 0:
             raise RunConfigurationError(f"--seed {self.seed}: a seed is >= 0")
         super().check_identity()
-
-
-#: in a continued run's folder: the folder of the shorter run it continued
-CONTINUED_FROM = "continued_from.txt"
 
 
 class Train(VariantParams, PipelineTask):
@@ -124,9 +103,13 @@ class Train(VariantParams, PipelineTask):
         t = self.train_settings()
         if not t.warm_started:
             return None
-        # a frozen trunk trains on cached features, which are not flipped: a run on pixels with flips has a parent
-        # without them
-        frozen = {"trunk": "frozen", **({"horizontal_flip": False} if t.horizontal_flip else {})}
+        # a frozen trunk trains on cached features, which are neither flipped nor cropped: a run on pixels with
+        # flips or crops has a parent without them
+        frozen = {
+            "trunk": "frozen",
+            **({"horizontal_flip": False} if t.horizontal_flip else {}),
+            **({"random_resized_crop": None} if t.random_resized_crop is not None else {}),
+        }
         return self.clone(Train, point=merge_overrides(self.overrides(), {"train": frozen}), continue_from_epochs=0)
 
     def with_parent_point(self, parent: Train) -> Train:
@@ -135,7 +118,7 @@ class Train(VariantParams, PipelineTask):
         # parent() set train.trunk=frozen on top of the run's own point: take it off again, and put back a trunk
         # this run's own point names (none when the run's trunk is the plan's)
         point = parent.overrides()
-        for name in ("trunk", "horizontal_flip"):
+        for name in ("trunk", "horizontal_flip", "random_resized_crop"):
             point = without_train_setting(point, name)
             if name in dict(self.overrides().get("train", {})):
                 point = merge_overrides(point, {"train": {name: getattr(self.train_settings(), name)}})
@@ -198,13 +181,10 @@ class Train(VariantParams, PipelineTask):
 
     def start_from_shorter_run(self, work_dir: Path) -> str | None:
         """With ``continue_from_epochs`` and no checkpoint of this run yet, copy the shorter run's checkpoints
-        and history into ``work_dir`` so the trainer resumes from them; the shorter run's folder, or None.
-
-        ``checkpoint_last.pt`` is copied last: it is what resume starts from, so a kill during the copy leaves
-        no last checkpoint and the rerun copies again. A marker keeps the source for a resumed rerun."""
-        marker = Path(work_dir) / CONTINUED_FROM
+        and history into ``work_dir`` so the trainer resumes from them (:func:`continue_run`); the shorter run's
+        folder, or None."""
         if (Path(work_dir) / LAST_CHECKPOINT).exists():
-            return marker.read_text() if marker.exists() else None
+            return continued_from(work_dir)
         if not self.continue_from_epochs:
             return None
         if self.continue_from_epochs >= self.max_epochs():
@@ -214,112 +194,25 @@ class Train(VariantParams, PipelineTask):
         source = self.shorter_run()
         if not source.complete():
             return None  # trained from the first epoch: the same result, only slower
-        with atomic_path(marker) as tmp:
-            tmp.write_text(str(source.output_dir()))
-        for name in (PREV_CHECKPOINT, BEST_CHECKPOINT, HISTORY_FILE, LAST_CHECKPOINT):
-            if (source.output_dir() / name).exists():
-                with atomic_path(Path(work_dir) / name) as tmp:
-                    tmp.write_bytes((source.output_dir() / name).read_bytes())
+        continue_run(source.output_dir(), work_dir)
         return str(source.output_dir())
 
     def train_in(self, work_dir: Path, distributed: Distributed = SINGLE_PROCESS) -> dict[str, Any]:
-        """Train into ``work_dir`` as this process's part of ``distributed`` (a single process by default)."""
-        trainer, scorer = self.build_trainer(work_dir, distributed)
-        t = self.train_settings()
-        result = trainer.fit()
-        record = None
-        if distributed.is_main:
-            # the record sealed with the best checkpoint (its SHA-256 and its own), the vocabulary beside it
-            record = self._record.sealed(Path(work_dir) / BEST_CHECKPOINT)
-            with atomic_path(self.work_path(work_dir, "vocab")) as tmp:
-                tmp.write_bytes(self.requires()["words"].output_path("vocab").read_bytes())
-            write_record(record, self.work_path(work_dir, "model"))
+        """Train into ``work_dir`` as this process's part of ``distributed`` (a single process by default): the
+        run built from this Train's inputs (:func:`training_run`), fitted and finished (the record sealed beside
+        the best checkpoint with the vocabulary, :func:`finish_training_run`); its summary."""
+        run, scorer = training_run(self, work_dir, distributed)
+        result = run.trainer.fit()
+        summary = finish_training_run(
+            run,
+            result,
+            vocabulary=self.requires()["words"].output_path("vocab"),
+            selection=scorer.describe(run.settings.selection) if scorer is not None else {"metric": "val_loss"},
+        )
         if scorer is not None and (Path(work_dir) / BEST_CHECKPOINT).exists():
             # the best checkpoint's per-pair validation ranks, for a paired comparison of runs (Tune)
-            best_pass, _ = trainer.validate_best()
+            best_pass, _ = run.trainer.validate_best()
             if distributed.is_main:
                 with atomic_path(self.work_path(work_dir, "validation_ranks")) as tmp, open(tmp, "wb") as handle:
                     save_ranks(handle, scorer.ranks(best_pass.image, best_pass.text))
-        epoch_seconds = [row["train_seconds"] for row in result.trained_rows]
-        best = next((row for row in result.history if row["epoch"] == result.best_epoch), {})
-        return {
-            "best_epoch": result.best_epoch,
-            "selection": scorer.describe(t.selection) if scorer is not None else {"metric": "val_loss"},
-            "best_score": result.best_score,
-            "best_val_loss": best.get("val_loss"),
-            "best_val_rsum": best.get("val_rsum"),
-            # every validation metric at the best checkpoint (history.csv has them for every epoch)
-            "best_validation": {key: value for key, value in best.items() if key.startswith("val_")},
-            "max_epochs": self.max_epochs(),
-            "epochs": len(result.trained_rows),
-            "resumed_from_epoch": result.resumed_from_epoch,
-            "mean_epoch_seconds": float(np.mean(epoch_seconds)) if epoch_seconds else None,
-            "stopped_early_at": result.stopped_early_at,
-            "device": str(trainer.device),
-            "processes": distributed.world_size,
-            "trunk": t.trunk,
-            # a warm start: the parent's folder, and whether its model stayed the best (epoch 0)
-            **({"warm_start": {"parent": str(self.requires()["parent"].output_dir()), "kept_parent": result.best_epoch == 0}} if t.warm_started else {}),
-            "imagenet_weights_loaded": imagenet_weights_loaded(trainer.model, self.requires().get("features")),
-            # what model.json held when written: a reader names the fields of an edited record
-            **({"model_record": record.to_json()} if record is not None else {}),
-        }
-
-    def build_trainer(
-        self, work_dir: Path, distributed: Distributed = SINGLE_PROCESS
-    ) -> tuple[Trainer, ValidationScorer | None]:
-        """The Trainer of this run (model, losses, data, neighbors) and the scorer of its validation split
-        (None when it selects by the validation loss); nothing trained yet."""
-        inputs = self.requires()
-        config = self.config()
-        t = self.train_settings()
-        data, manifest = load_pair_data(inputs, t.max_text_tokens)
-        _, word_vectors = inputs["words"].vocabulary()
-        split = manifest["split"].to_numpy()
-        train_positions = np.flatnonzero(split == "train")
-        neighbors = (
-            inputs["neighbors"].sampling_pool(train_positions, config["neighbor_sample_k"])
-            if "neighbors" in inputs
-            else None
-        )
-        spec = self.variant_spec()
-        record = model_record(self, inputs, data)
-        torch.manual_seed(config["seed"])
-        model = build_from_record(record, initial_word_vectors=word_vectors, for_training=True)
-        record = with_starting_weights(record, model)
-        if "parent" in inputs:
-            warm_start(model, inputs["parent"], record)
-        losses = spec.build_losses()
-        val_positions = np.flatnonzero(split == "val")
-        scorer = None
-        if t.selection_metric.ranks_pairs:
-            val_order = validation_order(val_positions, data.group_ids)
-            scorer = ValidationScorer(
-                data.group_ids[val_order],
-                image_ids(manifest)[val_order],
-                manifest["text"].to_numpy()[val_order],
-                t.selection_max_pairs,
-                t.selection_n_way,
-            )
-            scorer.check(t.selection)
-        trainer = Trainer(
-            model,
-            losses,
-            data,
-            train_positions,
-            val_positions,
-            run_settings_of(t),
-            config["seed"],
-            work_dir,
-            neighbors=neighbors,
-            # a data-parallel process takes the GPU of its local rank; one process, this task's device
-            device=pick_device() if distributed.active else task_device(),
-            distributed=distributed,
-            validation_score=scorer,
-            # no bar per epoch: two workers' bars would interleave on one terminal; FullRun's display shows
-            # each running training's epoch and validation score (pipeline.run.progress)
-            progress=False,
-            starting_weights_compete=t.warm_started,
-        )
-        self._record = record  # written, sealed with its best checkpoint, when training is done (train_in)
-        return trainer, scorer
+        return summary
