@@ -23,7 +23,14 @@ from evaluation.paper_effect import (
     variance_parts,
 )
 from evaluation.report import ReportInputs, build_report
-from evaluation.report.paper_section import DEPENDS, HOLDS, NO_TIE, NOT_TESTED, compare_with_paper
+from evaluation.report.paper_section import (
+    DEPENDS,
+    HOLDS,
+    NO_TIE,
+    NOT_TESTED,
+    _power_phrase,
+    compare_with_paper,
+)
 from evaluation.statistics import holm
 from tests.test_report import planted_runs
 
@@ -227,3 +234,18 @@ def test_the_projection_gives_the_range_its_seed_spread_allows():
         shown = [n for n in (low, power["seeds_needed"], high) if n is not None]
         assert shown == sorted(shown), "more seed spread never needs fewer seeds"
         assert power["variance"]["seeds_range"][0] <= power["variance"]["seeds"] <= power["variance"]["seeds_range"][1]
+
+
+@pytest.mark.parametrize(
+    ("seed_range", "said"),
+    [
+        ((None, None), "at either end of its 95% range no number of seeds would reach it"),
+        ((5, None), "between 5 and no number of seeds"),
+        ((4, 36), "between 4 and 36"),
+    ],
+)
+def test_the_seed_range_reads_as_words_never_none_and_none(seed_range, said):
+    power = {"available": True, "seeds_needed": seed_range[0], "items_needed": None, "n_items": 2089, "n_seeds": 3,
+             "seeds_needed_range": list(seed_range), "target_mde": 0.0073, "paper_dataset": "GoodNews"}
+    text = _power_phrase(power)
+    assert said in text and "none" not in text and "rests on 3 seeds (2 degrees of freedom" in text

@@ -163,6 +163,15 @@ def _interval(entry: dict[str, Any], relative: bool) -> str:
     return f"{_signed(entry['ours'] if 'ours' in entry else entry['difference'], relative)} [{_signed(entry['ci_low'], relative)}, {_signed(entry['ci_high'], relative)}]"
 
 
+def _seed_range_phrase(low: int | None, high: int | None) -> str:
+    """The seeds needed across the seed spread's 95% range; None: no number of seeds reaches the target."""
+    if low is None and high is None:
+        return "and at either end of its 95% range no number of seeds would reach it"
+    if high is None:
+        return f"whose 95% range puts the seeds needed between {low:,} and no number of seeds"
+    return f"whose 95% range puts the seeds needed between {low:,} and {high:,}"
+
+
 def _power_phrase(power: dict[str, Any]) -> str:
     if not power.get("available"):
         return f"no projection ({power.get('reason')})"
@@ -171,11 +180,9 @@ def _power_phrase(power: dict[str, Any]) -> str:
     by_seeds = f"{seeds} seed{'s' if seeds != 1 else ''} at {power['n_items']:,} test items" if seeds else f"no number of seeds at {power['n_items']:,} test items (their spread alone is larger)"
     by_items = f"{items:,} test item{'s' if items != 1 else ''} at {power['n_seeds']} seeds" if items else f"no test size at {power['n_seeds']} seeds (the seeds' spread alone is larger)"
     low, high = power.get("seeds_needed_range", [seeds, seeds])
-    shown = lambda n: "none" if n is None else f"{n:,}"  # noqa: E731 - a one-line formatter
     spread = (
         f"; the projection rests on {power['n_seeds']} seeds ({power['n_seeds'] - 1} degree{'s' if power['n_seeds'] != 2 else ''} "
-        f"of freedom for the seed spread), whose 95% range puts the seeds needed between {shown(low)} and {shown(high)}"
-        " (normal-theory MDE of 2.8 standard errors)"
+        f"of freedom for the seed spread), {_seed_range_phrase(low, high)} (normal-theory MDE of 2.8 standard errors)"
     )
     return f"an MDE of {power['target_mde']:.4f} (half the paper's {power['paper_dataset']} effect) needs {by_seeds}, or {by_items}{spread}"
 
