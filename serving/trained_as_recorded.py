@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from common.bounded_json import RECORD, BoundedJsonError, loads_bounded
-from common.settings import SettingValueError
+from common.settings import SettingValueError, significant
 from models.record import ModelRecord
 from models.record_settings import settings_disagreement, settings_of
 from serving.bundle import BundleError
@@ -63,11 +63,14 @@ def check_trained_as_recorded(
     if planned is not None:
         sources.append((f"its run plan ({meta['params'].get('plan')})", planned))
     for where, train in sources:
+        given = train if isinstance(train, Mapping) else {}
         try:
-            settings = settings_of(train if isinstance(train, Mapping) else {})
+            settings = settings_of(given)
         except (SettingValueError, ValueError) as error:
             raise BundleError(f"{train_dir}: {where}: {error}") from None
-        problem = settings_disagreement(record, settings)
+        # only what this source states: a setting missing from it (left out of an older Train's hash at what was
+        # then its default) is not read as today's default
+        problem = settings_disagreement(record, settings, stated=set(given) & set(significant(settings)))
         if problem:
             raise BundleError(
                 f"{record_file}: {problem} ({where}): the record contradicts what the model was trained with; "

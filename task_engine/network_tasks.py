@@ -18,5 +18,7 @@ class network_tasks(luigi.Config):  # noqa: N801 - Luigi names a config section 
     )
     slots_per_gpu = luigi.IntParameter(
         default=1,
-        description="network tasks that run at once on one GPU; [resources] gpu, when a luigi.cfg sets it, wins",
+        # the library's own default is the safe one; the pipeline's luigi_defaults.cfg sets 4 (why: that file)
+        description="network tasks that run at once on one GPU (1 unless a luigi.cfg sets it; the pipeline's "
+        "defaults set 4); [resources] gpu, when a luigi.cfg sets it, wins",
     )

@@ -4,6 +4,7 @@ resume, and a checkpoint write that dies half way — on the tiny synthetic data
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -303,3 +304,29 @@ def test_sigkill_half_way_through_a_checkpoint_write_then_resume_gives_the_unint
     assert result.resumed_from_epoch == 1
     _assert_same_weights(trainer.model.state_dict(), straight_weights)
     _assert_same_weights(_weights(tmp_path / BEST_CHECKPOINT), straight_best)
+
+
+def test_a_run_killed_after_its_starting_weights_competed_restarts_without_setting_their_best_aside(tmp_path):
+    """A warm start validates its parent's weights as epoch 0 and may write model_best.pt before any checkpoint: a
+    kill then leaves that file alone, which the restart writes again (the same weights): not a stale trajectory."""
+    class Killed(Exception):
+        pass
+
+    def killed_in_epoch(epoch):
+        raise Killed(epoch)
+
+    first = _trainer(tmp_path, 2)
+    first.starting_weights_compete = True
+    first._train_epoch = killed_in_epoch  # the kill comes during epoch 1, before its checkpoint
+    with pytest.raises(Killed):
+        first.fit()
+    assert (tmp_path / BEST_CHECKPOINT).exists() and not (tmp_path / LAST_CHECKPOINT).exists()
+    epoch0 = _weights(tmp_path / BEST_CHECKPOINT)
+    again = _trainer(tmp_path, 2)
+    again.starting_weights_compete = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result = again.fit()
+    assert not list(tmp_path.glob(f"{BEST_CHECKPOINT}.stale-*")) and result.history[0]["epoch"] == 0
+    if result.best_epoch == 0:
+        _assert_same_weights(_weights(tmp_path / BEST_CHECKPOINT), epoch0)

@@ -174,6 +174,27 @@ def test_a_record_whose_parts_contradict_each_other_is_refused_though_its_seal_h
     assert str(refused.value).startswith(said), str(refused.value)
 
 
+def test_export_reads_a_setting_an_older_train_left_out_of_its_hash_as_unstated_not_as_today_s_default():
+    """A Train made while ``trunk_batchnorm="batch"`` was the default hashed no ``trunk_batchnorm``; read back
+    today it must not be taken for ``"frozen"`` (today's default) and its intact record refused."""
+    from serving.bundle import BundleError
+    from serving.trained_as_recorded import check_trained_as_recorded
+
+    old = fixture("top1_vse")
+    record = ModelRecord.from_json(resealed({**old, "trunk_training": {**old["trunk_training"], "batchnorm": "batch"}}))
+    then = TrainSettings(
+        backbone="efficientnet_lite0", trunk="top1", trunk_batchnorm="batch", trunk_learning_rate_scale=0.1,
+        embed_dim=8, gru_hidden=8, max_text_tokens=16, image_size=32, horizontal_flip=False, trunk_warm_start=False,
+    )
+    hashed_then = {k: v for k, v in significant(then).items() if k not in {"trunk_batchnorm", "trunk_warm_start"}}
+    meta = {"config": {"train": hashed_then, "variant": {"model": record.model, "model_options": dict(record.model_options)}},
+            "params": {}}
+    check_trained_as_recorded(Path("Train/old"), meta, record, {})
+    stated_frozen = {**meta, "config": {**meta["config"], "train": {**hashed_then, "trunk_batchnorm": "frozen"}}}
+    with pytest.raises(BundleError, match="trunk_training.batchnorm: 'batch' in the record, 'frozen' in the settings"):
+        check_trained_as_recorded(Path("Train/old"), stated_frozen, record, {})
+
+
 def test_a_record_agrees_with_the_settings_it_was_trained_with_and_names_the_first_difference():
     record = ModelRecord.from_json(fixture("top1_vse"))
     settings = TrainSettings(

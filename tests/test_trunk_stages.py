@@ -202,3 +202,20 @@ def test_a_trunk_setting_under_the_frozen_trunk_reruns_nothing(no_op, tmp_path):
     after = FullRun(profile="smoke", run_root=str(tmp_path), set=(no_op,))
     paths = [sorted(str(task.output_dir().relative_to(tmp_path)) for task in walk(run)) for run in (before, after)]
     assert paths[0] == paths[1] and sum(path.startswith("Train/") for path in paths[0]) > 5
+
+
+def test_the_tradeoff_trains_a_learning_tower_from_its_frozen_parents_as_the_tuned_runs_do(tmp_path):
+    """Under a warm-started profile the within-modality trade-off first trains each scale's frozen parent (the run
+    TunedRuns continues to the extended cap when capped) and the learning tower from it, not a tower whose
+    parent stopped at the plain cap."""
+    from pipeline import WithinModalityTradeoff
+
+    task = WithinModalityTradeoff(
+        profile="smoke", set=("train.trunk=top1",), settings_from="shared", scales=[0.0, 1.0], seeds=[0],
+        run_root=str(tmp_path),
+    )
+    towers = [t for group in task.trains().values() for t in group]
+    first = [t for group in task.first_trains().values() for t in group]
+    assert all(t.train_settings().warm_started for t in towers)
+    assert not any(t.train_settings().warm_started for t in first)
+    assert [t.output_dir() for t in first] == [t.parent().output_dir() for t in towers]

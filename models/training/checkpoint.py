@@ -174,7 +174,10 @@ class Checkpoints:
                 f"checkpoint {path} is unusable: {problem}; moved to {aside.name}", RuntimeWarning, stacklevel=2
             )
         else:
-            self._check_best(-1, result)
+            # a run killed before its first checkpoint may hold only the best of epoch 0 (its starting weights,
+            # validated when they compete): the restart validates them again and writes the same file, so it stays
+            if self._best_epoch_on_disk() != 0:
+                self._check_best(-1, result)
             return None
         self._restore(state, result)
         # a kill between writing model_best.pt and checkpoint_last.pt leaves the best of the very next epoch:

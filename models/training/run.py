@@ -118,7 +118,9 @@ def build_training_run(
     """The run of ``record``'s model with ``losses`` on ``data`` under ``settings``, seeded by ``seed``, into
     ``work_dir``: the model's first weights from the record (the trunk's ImageNet weights when it asks for them,
     the word embedding from ``word_vectors``); with ``warm_start``, then its parent's, which compete as epoch 0,
-    and the warm-started run's own epochs and rate (:func:`run_settings_of`). Nothing trained yet. ``progress``:
+    and the warm-started run's own epochs and rate (:func:`run_settings_of`); without it the run starts from the
+    record's weights at ``settings``' own epochs and rate whatever ``trunk_warm_start`` says (how the benchmarks
+    time an epoch; :func:`record_in_memory` then records no warm start, which is what ran). Nothing trained yet. ``progress``:
     a bar per epoch (None: when on a terminal); ``static_step``: see :class:`Trainer`."""
     if warm_start is not None:
         if not settings.warm_started:

@@ -23,8 +23,9 @@ def watched(planned: PlannedTask) -> WatchedTask:
         return WatchedTask(planned.family, task.output_dir(), planned.label(), pending=pending)
     settings = task.train_settings()
     label = settings.selection_metric.progress_label_for(settings.selection_n_way)
+    # the run's own cap: a warm-started learning tower stops at trunk_epochs, not at epochs
     return WatchedTask(
-        "Train", task.output_dir(), planned.label(), settings.epochs, settings.selection, label, pending=pending
+        "Train", task.output_dir(), planned.label(), task.max_epochs(), settings.selection, label, pending=pending
     )
 
 

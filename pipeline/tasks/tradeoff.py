@@ -104,13 +104,26 @@ class WithinModalityTradeoff(VariantChoice, PipelineTask):
             for scale in self.scales
         }
 
+    def first_trains(self) -> dict[float, list[Train]]:
+        """What trains first: :meth:`trains`, or with a warm start their frozen parents (as TunedRuns does)."""
+        return {scale: [t.parent() or t for t in trains] for scale, trains in self.trains().items()}
+
     def final_trains(self) -> dict[float, list[Train]]:
-        """Each run continued to the extended cap when its best epoch was its cap (the tuned protocol's rule)."""
+        """Each run continued to the extended cap when its best epoch was its cap (the tuned protocol's rule); with
+        a warm start, each parent so continued and the trunk's run from it: the runs TunedRuns makes and reports
+        (readable once first_trains() ran)."""
         tuning = self.settings.tuning
-        return {
-            scale: [final_run(train, tuning.extended_cap(train.train_settings().epochs)) for train in trains]
-            for scale, trains in self.trains().items()
-        }
+        finals: dict[float, list[Train]] = {}
+        for scale, trains in self.trains().items():
+            finals[scale] = []
+            for train in trains:
+                parent = train.parent()
+                if parent is None:
+                    finals[scale].append(final_run(train, tuning.extended_cap(train.train_settings().epochs)))
+                else:
+                    extended = final_run(parent, tuning.extended_cap(parent.train_settings().epochs))
+                    finals[scale].append(train.with_parent_point(extended))
+        return finals
 
     def evaluations(self) -> dict[float, list[Evaluate]]:
         return {
@@ -120,12 +133,12 @@ class WithinModalityTradeoff(VariantChoice, PipelineTask):
 
     def dynamic_upstream(self) -> list[HashedTask]:
         """Every scale's runs and evaluations (the tuned settings are readable once Tune has run)."""
-        trains = [t for group in self.trains().values() for t in group]
+        trains = [t for group in self.first_trains().values() for t in group]
         finals = [t for group in self.final_trains().values() for t in group]
         return [*trains, *finals, *(e for group in self.evaluations().values() for e in group)]
 
     def run(self) -> Iterator[list[HashedTask]]:  # a Luigi task with dynamic dependencies is a generator
-        yield [train for trains in self.trains().values() for train in trains]
+        yield [train for trains in self.first_trains().values() for train in trains]
         yield [train for trains in self.final_trains().values() for train in trains]
         yield [e for evaluations in self.evaluations().values() for e in evaluations]
         super().run()
