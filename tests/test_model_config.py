@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from common.hashing import file_sha256
 from common.settings import REQUIRED, SettingValueError, info_of, redeclared, significant
 from models.backbones import BACKBONES, build_trunk, stage_count
 from models.config import SETTINGS_FIELDS, ModelConfig, trunk_mode
@@ -26,7 +27,7 @@ from models.record_check import ModelRecordError, record_checksum
 from models.record_settings import settings_disagreement
 from models.registry import build_model
 from models.settings import TrainSettings
-from models.trained import ModelRecord, load_trained, read_record
+from models.trained import ModelRecord, build_from_record, load_trained, read_record
 from pipeline.__main__ import main
 from pipeline.config.plan import resolve_plan
 from pipeline.config.run_settings import RunSettings, setting_rows
@@ -56,9 +57,18 @@ def test_records_written_before_the_declarations_still_load_and_read_back_unchan
     assert sum(p.numel() for p in model.parameters()) > 0
 
 
-def test_a_fixture_model_loads_its_weights_and_embeds():
-    record = read_record(FIXTURES / "frozen_vse" / "model.json")
-    model, epoch = load_trained(record, FIXTURES / "frozen_vse" / "model_best.pt")
+def test_a_fixture_model_loads_its_weights_and_embeds(tmp_path):
+    """The 7295e00 record's model, built from it, saved as its Train saves a checkpoint (made here: no binary in
+    git) and sealed into a copy of the record, loads through the seal check and embeds."""
+    torch.manual_seed(0)
+    built = build_from_record(read_record(FIXTURES / "frozen_vse" / "model.json"))
+    checkpoint = tmp_path / "model_best.pt"
+    torch.save({"epoch": 3, "model": built.state_dict()}, checkpoint)
+    old = fixture("frozen_vse")
+    with pytest.raises(ModelRecordError, match="not the checkpoint its model record was sealed with"):
+        load_trained(ModelRecord.from_json(old), checkpoint)
+    record = ModelRecord.from_json(resealed({**old, "weights": {**old["weights"], "sha256": file_sha256(checkpoint)}}))
+    model, epoch = load_trained(record, checkpoint)
     assert epoch == 3
     features = torch.randn(2, record.encoder.feature_dim)
     image = model.encode_image(features)
