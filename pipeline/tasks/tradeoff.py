@@ -109,21 +109,13 @@ class WithinModalityTradeoff(VariantChoice, PipelineTask):
         return {scale: [t.parent() or t for t in trains] for scale, trains in self.trains().items()}
 
     def final_trains(self) -> dict[float, list[Train]]:
-        """Each run continued to the extended cap when its best epoch was its cap (the tuned protocol's rule); with
-        a warm start, each parent so continued and the trunk's run from it: the runs TunedRuns makes and reports
-        (readable once first_trains() ran)."""
-        tuning = self.settings.tuning
-        finals: dict[float, list[Train]] = {}
-        for scale, trains in self.trains().items():
-            finals[scale] = []
-            for train in trains:
-                parent = train.parent()
-                if parent is None:
-                    finals[scale].append(final_run(train, tuning.extended_cap(train.train_settings().epochs)))
-                else:
-                    extended = final_run(parent, tuning.extended_cap(parent.train_settings().epochs))
-                    finals[scale].append(train.with_parent_point(extended))
-        return finals
+        """Each run as the tuned protocol finishes it (:func:`final_run`: continued to the extended cap when
+        capped; with a warm start, the trunk's run from the parent so continued, as TunedRuns makes and reports
+        it); readable once first_trains() ran."""
+        return {
+            scale: [final_run(train, self.settings.tuning) for train in trains]
+            for scale, trains in self.trains().items()
+        }
 
     def evaluations(self) -> dict[float, list[Evaluate]]:
         return {

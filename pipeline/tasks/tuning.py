@@ -29,6 +29,7 @@ from pipeline.steps.tuning import (
     TIE_RULE,
     RunKey,
     ScheduleState,
+    TuningSettings,
     capped,
     choose,
     compare_trials,
@@ -43,12 +44,16 @@ from task_engine.outputs import write_json
 from task_engine.task import HashedTask
 
 
-def final_run(train: Train, extended_cap: int) -> Train:
-    """``train`` itself, or, when its best epoch was its cap, the same run continued to ``extended_cap``. A
-    warm-started run is never extended: the trunk's run follows a fixed rule (its parent was extended instead)."""
-    if train.train_settings().warm_started or not capped(train.meta()["summary"]):
+def final_run(train: Train, tuning: TuningSettings) -> Train:
+    """The run a report reads for ``train``: itself, or, when its best epoch was its cap, the same run continued
+    to the extended cap; when it is warm-started, the trunk's run (never extended: it follows a fixed rule) from
+    its parent so finished."""
+    if (parent := train.parent()) is not None:
+        return train.with_parent_point(final_run(parent, tuning))
+    if not capped(train.meta()["summary"]):
         return train
-    return train.with_epochs(extended_cap, continue_from_epochs=train.train_settings().epochs)
+    epochs = train.train_settings().epochs
+    return train.with_epochs(tuning.extended_cap(epochs), continue_from_epochs=epochs)
 
 
 def run_record(train: Train) -> dict[str, Any]:
@@ -327,17 +332,13 @@ class TunedRuns(VariantChoice, PipelineTask):
     def extended_trains(self, choice: str = "chosen") -> list[Train]:
         """Each seed's run of :meth:`trains`, continued to the extended cap when it was capped (readable once
         trains() ran)."""
-        tuning = self.settings.tuning
-        return [final_run(train, tuning.extended_cap(train.train_settings().epochs)) for train in self.trains(choice)]
+        return [final_run(train, self.settings.tuning) for train in self.trains(choice)]
 
     def final_trains(self, choice: str = "chosen") -> list[Train]:
-        """The runs the report reads: :meth:`extended_trains`, or with a warm start the trunk's run from each of
-        them (its own cap, no extension: the trunk's run follows a fixed rule)."""
-        extended = self.extended_trains(choice)
-        if not self.train_settings().warm_started:
-            return extended
-        template = self.clone(Train, seed=self.report_seeds()[0], point=self.choices()[choice])
-        return [template.with_parent_point(parent) for parent in extended]
+        """The runs the report reads: each report seed's run at the choice as :func:`final_run` finishes it (with a
+        warm start, the trunk's run from each of :meth:`extended_trains`)."""
+        overrides = self.choices()[choice]
+        return [final_run(self.clone(Train, seed=seed, point=overrides), self.settings.tuning) for seed in self.report_seeds()]
 
     def evaluations(self, choice: str = "chosen") -> list[Evaluate]:
         """The Evaluate of each seed's final run (readable once final_trains() ran)."""
