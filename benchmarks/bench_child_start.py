@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import luigi  # noqa: E402
-from result_files import parse_with_quick, write_results  # noqa: E402
+from result_files import commit, parse_with_quick, write_results  # noqa: E402
 
 import pipeline  # noqa: E402, F401 - declares the code base every task's lineage reads
 from common.run_folder import finished_outputs  # noqa: E402
@@ -56,12 +56,6 @@ class DoesNothing(HashedTask):
 
 def load() -> float:
     return round(os.getloadavg()[0], 2)
-
-
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
-    return done.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 def interpreter_seconds(repeats: int) -> list[float]:

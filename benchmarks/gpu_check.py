@@ -49,7 +49,7 @@ import bf16_check  # noqa: E402
 import gpu_check_runs  # noqa: E402
 from bench_train_throughput import build_trainer, synthetic_pairs  # noqa: E402
 from gpu_equality import cpu_floor, equality, safe_step_profile, static_vs_plain  # noqa: E402
-from result_files import write_results  # noqa: E402
+from result_files import commit, write_results  # noqa: E402
 
 from pipeline.config.profiles import PROFILES  # noqa: E402
 
@@ -166,12 +166,6 @@ PARTS: dict[str, Callable] = {
     "f": part_demo_gpu,
 }
 NAMES = {"a": "equality", "b": "speed", "c": "pipeline_runs", "d": "cuda_tests", "e": "bf16_vs_fp32", "f": "demo_gpu"}
-
-
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
-    return done.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if done.returncode == 0 else "unknown"
 
 
 def failed(name: str, result: dict) -> bool:

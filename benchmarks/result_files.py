@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def commit(root: Path = REPOSITORY) -> str:
+    """The repository's short commit, "+changes" when tracked files differ from it; "unknown" without git."""
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True)
+    return done.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if done.returncode == 0 else "unknown"
 
 
 def write_results(

@@ -285,10 +285,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise BundleError(
             f"{path} is not a model bundle (no {MANIFEST_FILE}); make one with `crossmodal export RUN OUT`"
         )
-    try:
-        manifest = read_bounded(manifest_path, RECORD)
-    except BoundedJsonError as error:
-        raise BundleError(f"{manifest_path} is corrupt: it {error.detail}; export the bundle again") from None
+    manifest = _bundled_json(manifest_path)
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{manifest_path} is not a {BUNDLE_FORMAT} manifest")
     version = manifest.get("format_version")

@@ -161,7 +161,8 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
         record = read_record(declared_output(train_dir, "model"), made)
     except ModelRecordError as error:
         raise BundleError(str(error)) from None
-    check_trained_as_recorded(train_dir, meta, record, plan_summary_of(train_dir))
+    plan = plan_summary_of(train_dir)
+    check_trained_as_recorded(train_dir, meta, record, plan)
     vocab_file = (train_dir / record.vocabulary["file"]).resolve()
     if not vocab_file.is_file() or file_sha256(vocab_file) != record.vocabulary["sha256"]:
         raise BundleError(
@@ -178,7 +179,6 @@ def bundle_parts(train_dir: Path, evaluate_dir: Path | None = None) -> BundlePar
         doc2vec_dir = upstream_folder(evaluate_dir, "TrainDoc2Vec")
         doc2vec = declared_output(doc2vec_dir, "model")
         infer_epochs = int(meta_field(doc2vec_dir, "config", "doc2vec", "infer_epochs"))
-    plan = plan_summary_of(train_dir)
     spec = meta_field(train_dir, "config", "variant")
     return BundleParts(
         variant=spec["name"],

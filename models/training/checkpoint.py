@@ -176,15 +176,12 @@ class Checkpoints:
         else:
             # a run killed before its first checkpoint may hold only the best of epoch 0 (its starting weights,
             # validated when they compete): the restart validates them again and writes the same file, so it stays
-            if self._best_epoch_on_disk() != 0:
-                self._check_best(-1, result)
+            self._check_best(-1, result, redone=0)
             return None
         self._restore(state, result)
         # a kill between writing model_best.pt and checkpoint_last.pt leaves the best of the very next epoch:
         # the resumed run redoes that epoch exactly and writes the same file again, so it is kept as it is
-        redone_next = name == LAST_CHECKPOINT and self._best_epoch_on_disk() == state["epoch"] + 1
-        if not redone_next:
-            self._check_best(state["best_epoch"], result)
+        self._check_best(state["best_epoch"], result, redone=state["epoch"] + 1 if name == LAST_CHECKPOINT else None)
         return name
 
     def _restore(self, saved: dict, result: TrainResult) -> None:
@@ -214,8 +211,9 @@ class Checkpoints:
         except Exception:  # noqa: BLE001 - unreadable: certainly not a usable best
             return None
 
-    def _check_best(self, best_epoch: int, result: TrainResult) -> None:
-        """Keep ``model_best.pt`` only if it holds the resumed run's ``best_epoch``.
+    def _check_best(self, best_epoch: int, result: TrainResult, redone: int | None = None) -> None:
+        """Keep ``model_best.pt`` only if it holds the resumed run's ``best_epoch``, or ``redone``: the epoch the
+        resumed run does next, which writes the same file again (its best is then tracked as it is).
 
         After a fallback (to prev, or to a restart), or a kill between writing the best and the last
         checkpoint, it may come from an epoch beyond the resumed one, of a trajectory now being redone. It is
@@ -225,7 +223,7 @@ class Checkpoints:
         """
         path = self.work_dir / BEST_CHECKPOINT
         held = self._best_epoch_on_disk()
-        if held == best_epoch:
+        if held == best_epoch or (redone is not None and held == redone):
             return
         if held != -1:
             aside = set_aside(path, "stale")
